@@ -1,0 +1,175 @@
+"""The analysis pass: IR -> batch dimensions, replication semantics, planning graph, op groups.
+
+Requires: a training graph (train op found), batch inputs with the batch on axis 0.
+Ensures: every op is annotated; every training op has a group; colocated ops share a group;
+at most `options.num_groups` groups.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from tag_tf.analysis import annotate as ann_mod
+from tag_tf.analysis.batch_dims import BatchDims, compare, substitute_batch
+from tag_tf.analysis.grouping import Grouping, colocation_pairs, group_ops
+from tag_tf.analysis.simplify import PlanningGraph, simplify, training_ops
+from tag_tf.analysis.states import OpAnnotation
+from tag_tf.context import PassContext
+from tag_tf.errors import GraphError
+from tag_tf.ir import Graph, TensorRef, from_graph_def
+
+DEFAULT_DYNAMIC_BATCH = 32
+REFERENCE_DEVICE = "V100-32GB"   # compute weights for grouping are estimated on this GPU type
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis:
+    graph: Graph                  # the graph as given (dynamic dims stay dynamic): the compiler's input
+    graph_b1: Graph               # the same ops with static shapes at the planning batch size
+    graph_b2: Graph               # ... and at a second batch size
+    batch: BatchDims
+    annotations: Mapping[str, OpAnnotation]
+    planning: PlanningGraph
+    grouping: Grouping
+    weights: np.ndarray           # compute weight of each planned op (seconds on REFERENCE_DEVICE)
+
+    @property
+    def batch_size(self) -> int:
+        return self.batch.b1
+
+    @property
+    def dynamic_batch(self) -> bool:
+        return self.graph.meta.batch_size is None
+
+    def unclassified(self) -> list[str]:
+        return ann_mod.unclassified_types(self.annotations, self.graph, training_ops(self.graph))
+
+    def report(self) -> dict[str, Any]:
+        train = training_ops(self.graph)
+        return {
+            "ops": len(self.graph),
+            "training_ops": len(train),
+            "simplified_ops": len(self.planning.ops),
+            "groups": len(self.grouping.groups),
+            "categories": ann_mod.category_counts(self.annotations, train),
+            "unclassified": self.unclassified(),
+            "group_balance": round(self.grouping.balance, 3),
+            "batch_size": self.batch_size,
+            "dynamic_batch": self.dynamic_batch,
+            "variables": len(self.graph.variables),
+            "param_bytes": int(sum(v.nbytes for v in self.graph.variables.values() if v.trainable)),
+            "folded": dict(self.planning.folded),
+        }
+
+
+def second_batch_size(b1: int) -> int:
+    return b1 + 3 if b1 > 1 else 5
+
+
+def batch_variants(graph: Graph, batch_size: int | None = None,
+                   rebuild: Callable[[int], Graph] | None = None) -> tuple[Graph, Graph, int, int]:
+    """The graph with static shapes at the planning batch size b1 and at a second size b2.
+
+    A static-batch graph is its own b1 variant; its b2 variant comes from `rebuild(b2)` (for zoo
+    models) or, failing that, from substituting batch-valued constants. A dynamic-batch graph is
+    re-imported with its inputs' batch dims set."""
+    if not graph.meta.feeds:
+        raise GraphError("no batch inputs found (Placeholder or iterator outputs feeding the train op)")
+    static_b = graph.meta.batch_size
+    b1 = static_b if static_b is not None else (batch_size or DEFAULT_DYNAMIC_BATCH)
+    b2 = second_batch_size(b1)
+
+    def input_shapes(b: int) -> dict[str, tuple[int, ...]]:
+        shapes = {}
+        for name in graph.meta.feeds:
+            shape = graph.tensor(name).shape
+            if shape is None or not shape:
+                raise GraphError(f"batch input {name!r} has unknown rank; give it a static rank")
+            shapes[name] = (b,) + tuple(shape[1:])
+        return shapes
+
+    kwargs = dict(train_op=graph.meta.train_op, loss=graph.meta.loss, inputs=graph.meta.feeds)
+    if static_b is None:
+        gd = graph.to_graph_def()
+        g1 = from_graph_def(gd, inputs=graph.meta.feeds, train_op=graph.meta.train_op, loss=graph.meta.loss,
+                            input_shapes=input_shapes(b1))
+        g2 = from_graph_def(gd, input_shapes=input_shapes(b2), **kwargs)
+        return g1, g2, b1, b2
+    if rebuild is not None:
+        return graph, rebuild(b2), b1, b2
+    gd2 = substitute_batch(graph.to_graph_def(), input_shapes(b2), b1, b2)
+    try:
+        g2 = from_graph_def(gd2, **kwargs)
+    except GraphError as e:
+        raise GraphError(f"cannot infer batch dimensions: the graph has its batch size ({b1}) baked in "
+                         f"where tag_tf cannot rescale it ({e}); export it with a dynamic batch "
+                         "dimension (None) in its placeholders") from None
+    return graph, g2, b1, b2
+
+
+def compute_weights(graph_b1: Graph, planning: PlanningGraph) -> np.ndarray:
+    """Estimated compute time of each planned op (its folded members included) on REFERENCE_DEVICE."""
+    from tag_tf.profile.costmodel import CostModel
+    from tag_tf.profile.flops import graph_work
+    from tag_tf.topology.gpus import gpu_type
+
+    members = planning.members()
+    names = [m for p in planning.ops for m in members[p]]
+    flops, nbytes = graph_work(graph_b1, names)
+    times = CostModel().times(np.asarray(flops), np.asarray(nbytes), gpu_type(REFERENCE_DEVICE))
+    weights = np.zeros(len(planning.ops))
+    k = 0
+    for i, p in enumerate(planning.ops):
+        n = len(members[p])
+        weights[i] = float(np.sum(times[k:k + n]))
+        k += n
+    return np.maximum(weights, 1e-9)
+
+
+WeightFn = Callable[[Graph, PlanningGraph], np.ndarray]
+
+
+def uniform_weights(graph_b1: Graph, planning: PlanningGraph) -> np.ndarray:
+    return np.ones(len(planning.ops))
+
+
+def analyze(ctx: PassContext, graph: Graph, *, batch_size: int | None = None,
+            rebuild: Callable[[int], Graph] | None = None, weight_fn: WeightFn | None = None) -> Analysis:
+    """`weight_fn(graph_b1, planning)` gives each planned op's compute weight for grouping
+    (default: the analytical cost model on REFERENCE_DEVICE)."""
+    opts = ctx.options
+    with ctx.timer("analyze/batch_dims"):
+        g1, g2, b1, b2 = batch_variants(graph, batch_size, rebuild)
+        batch = compare(g1, g2, b1, b2)
+    with ctx.timer("analyze/annotate"):
+        annotations = ann_mod.annotate_graph(g1, batch, exact_batch_stats=opts.exact_batch_stats)
+    with ctx.timer("analyze/simplify"):
+        planning = simplify(g1)
+    with ctx.timer("analyze/weights"):
+        weights = (weight_fn or compute_weights)(g1, planning)
+    with ctx.timer("analyze/grouping"):
+        grouping = group_ops(g1, planning, weights, num_groups=opts.num_groups,
+                             balance_factor=opts.balance_factor, seed=opts.seed)
+    result = Analysis(graph, g1, g2, batch, annotations, planning, grouping, np.asarray(weights))
+    _check(result)
+    ctx.after_pass("analyze", result)
+    return result
+
+
+def _check(a: Analysis) -> None:
+    """Postconditions (cheap): every op annotated, every training op grouped, colocation respected."""
+    missing = [op.name for op in a.graph if op.name not in a.annotations]
+    if missing:
+        raise AssertionError(f"analysis: ops without annotation: {missing[:3]}")
+    train = training_ops(a.graph)
+    ungrouped = [n for n in train if n not in a.grouping.group_of]
+    if ungrouped:
+        raise AssertionError(f"analysis: training ops without a group: {ungrouped[:3]}")
+    for x, y in colocation_pairs(a.graph, sorted(train)):
+        if a.grouping.group_of[x] != a.grouping.group_of[y]:
+            raise AssertionError(f"analysis: colocated ops {x!r} and {y!r} are in different groups")
+
+
+__all__ = ["Analysis", "analyze", "batch_variants", "compute_weights", "TensorRef"]

@@ -1,0 +1,424 @@
+"""Builds the distributed GraphDef: op instances per layout plus the conversions between them.
+
+Every input of every instance goes through `materialize(tensor, layout, replica, required state)`.
+When the producer's state on its layout differs from what the consumer needs, a conversion is
+inserted (and memoised, so all consumers share it):
+
+  need \\ have   split (same shards)   split (other shards)   partial            full             local
+  split          as is                 Concat + SplitV        -                  SplitV / Slice   recompute globally, SplitV
+  partial        as is (same devices)  -                      -                  replica 0 only, zeros elsewhere
+  full           Concat                Concat                 AllReduce / AddN   as is            recompute globally
+  local          as is (same shards)   recompute for layout   -                  recompute for layout
+
+Collectives are globally ordered: each one waits (control edge) for the previous collective on each
+of its devices, so every member issues them in the same order and rings cannot deadlock.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from tag_tf.analysis import Analysis
+from tag_tf.analysis.rules import SHAPE_OPS
+from tag_tf.analysis.states import FULL, Flag, Kind, State
+from tag_tf.compiler.devices import DeviceMap
+from tag_tf.compiler.nodes import NodeFactory
+from tag_tf.compiler.placement import HOST, Layout, Mode, Placement, single
+from tag_tf.errors import CompileError
+from tag_tf.ir import TensorRef
+from tag_tf.strategy import Option
+
+_WEIGHT_SCALE = 10_000   # integer share weights for run-time (dynamic batch) splitting
+
+
+class GraphBuilder:
+    def __init__(self, analysis: Analysis, placement: Placement, devices: DeviceMap):
+        self.a = analysis
+        self.graph = analysis.graph
+        self.placement = placement
+        self.devices = devices
+        self.f = NodeFactory(self.graph.order)
+        self.outputs: dict[str, list[list[str]]] = {}        # op -> per instance -> per output tensor name
+        self.instances: dict[str, list[str]] = {}            # op -> node names of its instances
+        self._memo: dict[tuple, Any] = {}
+        self._group_keys: dict[tuple[int, ...], int] = {}
+        self._instance_key = 0
+        self._last_collective: dict[int, str] = {}
+        self.counts = {"split": 0, "concat": 0, "addn": 0, "allreduce": 0, "slice": 0, "recompute": 0,
+                       "zeros": 0}
+
+    # =========================================================================================
+    # Emission of the original ops
+    # =========================================================================================
+    def emit_all(self) -> None:
+        for name in self.graph.order:
+            lay = self.placement.of(name)
+            self.instances[name] = []
+            self.outputs[name] = []
+            for j in range(lay.size):
+                node_name, outs = self._emit_instance(name, lay, j, self._instance_name(name, lay, j))
+                self.instances[name].append(node_name)
+                self.outputs[name].append(outs)
+        nodes = {n.name: n for n in self.f.nodes}
+        for name in self.graph.order:       # control edges, once every instance exists
+            self._wire_control(name, nodes)
+
+    @staticmethod
+    def _instance_name(op: str, lay: Layout, j: int) -> str:
+        return op if lay.size == 1 else f"tag_r{j}/{op}"
+
+    def _emit_instance(self, op: str, lay: Layout, j: int, name: str) -> tuple[str, list[str]]:
+        """Copy op's NodeDef as instance j of `lay`, with its inputs materialized."""
+        from tensorflow.core.framework import node_def_pb2
+
+        src = self.graph.op(op)
+        ann = self.a.annotations[op]
+        device = self.devices[lay.devices[j]]
+        replicated = lay.mode is Mode.REPLICATED
+        node = node_def_pb2.NodeDef()
+        node.CopyFrom(self.graph.node_def(op))
+        node.name = name
+        self.f.reserve(name)
+        node.device = device
+        if "_class" in node.attr:      # we place every op explicitly; stale colocation names would clash
+            del node.attr["_class"]
+        del node.input[:]
+        for i, ref in enumerate(src.inputs):
+            need = ann.requires[i] if replicated else FULL
+            node.input.append(self.materialize(ref, lay, j, need))
+        outs = [f"{name}:{k}" for k in range(len(src.outputs))]
+        if replicated and Flag.LOCAL_CONST in ann.flags:
+            self._rescale_const(node, op, lay.counts[j])
+        elif replicated and Flag.SLICE_CONST in ann.flags:
+            self._slice_const(node, op, ann.outputs[0], lay, j)
+        self.f.add(node)
+        if replicated and Flag.MEAN_SCALE in ann.flags:
+            outs[0] = self._mean_scale(op, name, node.input[0], lay, j, device)
+        return name, outs
+
+    def _wire_control(self, op: str, nodes: dict[str, Any]) -> None:
+        src = self.graph.op(op)
+        if not src.control_inputs:
+            return
+        lay = self.placement.of(op)
+        for j, inst in enumerate(self.instances[op]):
+            node = nodes[inst]
+            for c in src.control_inputs:
+                clay = self.placement.of(c)
+                # Same replicas: replica j waits for replica j; otherwise for every instance.
+                if clay.size > 1 and clay.mode is lay.mode and clay.devices == lay.devices:
+                    deps = [self.instances[c][j]]
+                else:
+                    deps = self.instances[c]
+                node.input.extend(f"^{d}" for d in deps)
+
+    # -- per-replica rewrites -----------------------------------------------------------------
+    def _rescale_const(self, node: Any, op: str, count: int) -> None:
+        from tensorflow.python.framework import tensor_util
+
+        value = self.graph.attr(op, "value")
+        mask = self.a.batch.batch_consts[op]
+        b = self.a.batch_size
+        scaled = np.where(mask, value // b * count, value).astype(value.dtype)
+        node.attr["value"].tensor.CopyFrom(tensor_util.make_tensor_proto(scaled, shape=value.shape))
+
+    def _slice_const(self, node: Any, op: str, state: State, lay: Layout, j: int) -> None:
+        from tensorflow.python.framework import tensor_util
+
+        value = self.graph.attr(op, "value")
+        start = sum(lay.counts[:j]) * state.mult
+        rows = lay.counts[j] * state.mult
+        index = [slice(None)] * value.ndim
+        index[state.axis] = slice(start, start + rows)
+        node.attr["value"].tensor.CopyFrom(tensor_util.make_tensor_proto(value[tuple(index)]))
+
+    def _mean_scale(self, op: str, name: str, x: str, lay: Layout, j: int, device: str) -> str:
+        """A Mean over the batch on a shard, rescaled so that summing the replicas gives the mean."""
+        dtype = self.graph.op(op).outputs[0].base_dtype
+        if lay.counts:
+            ratio = self.f.const(f"{name}/tag_share", lay.counts[j] / self.a.batch_size, dtype, device)
+        else:
+            ref = self.graph.op(op).inputs[0]
+            state = self.a.annotations[op].requires[0]
+            local_rows = self._dim(x, state.axis, self._dtype(ref), device)
+            total = self._global_rows(state.mult, device)
+            ratio = self.f.binary(f"{name}/tag_share", "RealDiv",
+                                  self.f.cast(f"{name}/tag_local_rows", local_rows, "int32", dtype, device),
+                                  self.f.cast(f"{name}/tag_total_rows", total, "int32", dtype, device),
+                                  dtype, device)
+        return self.f.binary(f"{name}/tag_scaled", "Mul", f"{name}:0", ratio, dtype, device) + ":0"
+
+    # =========================================================================================
+    # Materialization
+    # =========================================================================================
+    def state_of(self, ref: TensorRef) -> State:
+        lay = self.placement.of(ref.op)
+        if lay.mode is not Mode.REPLICATED:
+            return FULL
+        outs = self.a.annotations[ref.op].outputs
+        return outs[ref.index] if ref.index < len(outs) else FULL
+
+    def out(self, ref: TensorRef, j: int) -> str:
+        return self.outputs[ref.op][j][ref.index]
+
+    def materialize(self, ref: TensorRef, lay: Layout, j: int, need: State) -> str:
+        if lay.mode is Mode.REPLICATED:
+            if need.kind is Kind.SPLIT:
+                return self._as_split(ref, lay, need)[j]
+            if need.kind is Kind.PARTIAL:
+                return self._as_partial(ref, lay, j)
+            if need.kind is Kind.LOCAL:
+                return self._as_local(ref, lay, j)
+        return self.full_on(ref, lay.devices[j], lay)
+
+    # -- full -----------------------------------------------------------------------------------
+    def full_on(self, ref: TensorRef, device: int, consumer: Layout | None = None) -> str:
+        play = self.placement.of(ref.op)
+        state = self.state_of(ref)
+        if state.kind is Kind.FULL:
+            k = play.devices.index(device) if device in play.devices else 0
+            return self.out(ref, k)
+        if state.kind is Kind.SPLIT:
+            return self._memo_get(("concat", ref, device), lambda: self._concat(ref, device))
+        if state.kind is Kind.PARTIAL:
+            if (consumer is not None and consumer.mode is not Mode.SINGLE and play.option is Option.ALLREDUCE
+                    and set(consumer.devices) == set(play.devices)):
+                return self._all_reduce(ref)[play.devices.index(device)]
+            agg = device if consumer is None or consumer.mode is Mode.SINGLE else play.devices[0]
+            return self._memo_get(("addn", ref, agg), lambda: self._add_n(ref, agg))
+        return self._global_value(ref, device)
+
+    def _concat(self, ref: TensorRef, device: int) -> str:
+        self.counts["concat"] += 1
+        play = self.placement.of(ref.op)
+        state = self.state_of(ref)
+        pieces = [self.out(ref, k) for k in range(play.size)]
+        return self.f.concat(f"tag/concat/{ref.op}", pieces, state.axis, self._dtype(ref),
+                             self.devices[device]) + ":0"
+
+    def _add_n(self, ref: TensorRef, device: int) -> str:
+        self.counts["addn"] += 1
+        play = self.placement.of(ref.op)
+        pieces = [self.out(ref, k) for k in range(play.size)]
+        return self.f.add_n(f"tag/sum/{ref.op}", pieces, self._dtype(ref), self.devices[device]) + ":0"
+
+    def _all_reduce(self, ref: TensorRef) -> list[str]:
+        def build() -> list[str]:
+            self.counts["allreduce"] += 1
+            play = self.placement.of(ref.op)
+            devs = play.devices
+            dtype = self._dtype(ref)
+            use_nccl = all(self.devices.gpu[d] for d in devs) and len({self.devices.machine(d) for d in devs}) == 1
+            key = self._group_keys.setdefault(tuple(sorted(devs)), len(self._group_keys) + 1)
+            self._instance_key += 1
+            out = []
+            for k, d in enumerate(devs):
+                prev = self._last_collective.get(d)
+                control = [prev] if prev else []
+                base = f"tag/allreduce/{ref.op}/r{k}"
+                if use_nccl:
+                    name = self.f.nccl_all_reduce(base, self.out(ref, k), dtype, self.devices[d],
+                                                  num_devices=len(devs), control=control,
+                                                  shared_name=f"tag_ar_{self._instance_key}")
+                else:
+                    name = self.f.collective_reduce(base, self.out(ref, k), dtype, self.devices[d],
+                                                    group_size=len(devs), group_key=key,
+                                                    instance_key=self._instance_key, control=control)
+                self._last_collective[d] = name
+                out.append(name + ":0")
+            return out
+        return self._memo_get(("allreduce", ref), build)
+
+    # -- split ----------------------------------------------------------------------------------
+    def _as_split(self, ref: TensorRef, lay: Layout, need: State) -> list[str]:
+        play = self.placement.of(ref.op)
+        state = self.state_of(ref)
+        if (play.same_split(lay) and state.kind is Kind.SPLIT and state.axis == need.axis
+                and state.mult == need.mult):
+            return [self.out(ref, j) for j in range(lay.size)]
+        key = ("split", ref, lay.devices, lay.counts, lay.weights, need.axis, need.mult)
+        return self._memo_get(key, lambda: self._split(ref, play, state, lay, need))
+
+    def _split(self, ref: TensorRef, play: Layout, state: State, lay: Layout, need: State) -> list[str]:
+        # Split where the whole value is (or where it is assembled), then TF sends each piece.
+        if state.kind is Kind.FULL:
+            at = lay.devices[0] if lay.devices[0] in play.devices else play.devices[0]
+        else:
+            at = lay.devices[0]
+        full = self.full_on(ref, at)
+        dtype = self._dtype(ref)
+        device = self.devices[at]
+        self.counts["split"] += 1
+        if lay.counts:
+            sizes = self.f.const(f"tag/split/{ref.op}/sizes", [c * need.mult for c in lay.counts], "int32", device)
+        else:
+            sizes = self._runtime_sizes(full, dtype, need, lay, at)
+        name = self.f.split_v(f"tag/split/{ref.op}", full, sizes, need.axis, lay.size, dtype, device)
+        return [f"{name}:{k}" for k in range(lay.size)]
+
+    def _runtime_sizes(self, full: str, dtype: str, need: State, lay: Layout, at: int) -> str:
+        """Rows per replica computed in the graph from the actual batch: floor(N*W_j/W) boundaries."""
+        device = self.devices[at]
+        rows = self._dim(full, need.axis, dtype, device)
+        w = np.maximum(1, np.round(np.asarray(lay.weights) / min(lay.weights) * _WEIGHT_SCALE)).astype(np.int64)
+        cum = np.concatenate([[0], np.cumsum(w)]).astype(np.int32)
+        base = f"tag/sizes/{full.split(':')[0]}"
+        n = self.f.binary(f"{base}/samples", "FloorDiv", rows,
+                          self.f.const(f"{base}/mult", need.mult, "int32", device), "int32", device)
+        bounds = self.f.binary(f"{base}/bounds", "FloorDiv",
+                               self.f.binary(f"{base}/scaled", "Mul", n, self.f.const(f"{base}/cum", cum, "int32", device),
+                                             "int32", device),
+                               self.f.const(f"{base}/total", int(cum[-1]), "int32", device), "int32", device)
+        hi = self.f.node(f"{base}/hi", "StridedSlice", [bounds, self._c1(base, 1, device), self._c1(base, 0, device),
+                                                        self._c1(base, 1, device)], device,
+                         T=("type", "int32"), Index=("type", "int32"), end_mask=("int", 1))
+        lo = self.f.node(f"{base}/lo", "StridedSlice", [bounds, self._c1(base, 0, device), self._c1(base, -1, device),
+                                                        self._c1(base, 1, device)], device,
+                         T=("type", "int32"), Index=("type", "int32"))
+        diff = self.f.binary(f"{base}/samples_each", "Sub", hi, lo, "int32", device)
+        return self.f.binary(f"{base}/rows_each", "Mul", diff,
+                             self.f.const(f"{base}/mult2", need.mult, "int32", device), "int32", device)
+
+    def _c1(self, base: str, v: int, device: str) -> str:
+        return self.f.const(f"{base}/c", [v], "int32", device)
+
+    def _dim(self, tensor: str, axis: int, dtype: str, device: str) -> str:
+        """Scalar int32: size of `tensor` along `axis`, at run time."""
+        base = f"tag/dim/{tensor.split(':')[0]}"
+        shape = self.f.shape(f"{base}/shape", tensor, dtype, device)
+        return self.f.node(f"{base}/d{axis}", "StridedSlice",
+                           [shape, self._c1(base, axis, device), self._c1(base, axis + 1, device),
+                            self._c1(base, 1, device)], device,
+                           T=("type", "int32"), Index=("type", "int32"), shrink_axis_mask=("int", 1))
+
+    def _global_rows(self, mult: int, device: str) -> str:
+        """Scalar int32: the global batch size times `mult` (at run time for dynamic graphs)."""
+        if not self.placement.dynamic:
+            return self._memo_get(("global_rows", mult, device), lambda: self.f.const(
+                "tag/global_rows", self.a.batch_size * mult, "int32", device))
+
+        def batch() -> str:
+            feed = TensorRef.parse(self.graph.meta.feeds[0])
+            fdev = self.placement.of(feed.op).devices[0]
+            return self._dim(self.out(feed, 0), 0, self._dtype(feed), self.devices[fdev])
+        n = self._memo_get(("global_batch",), batch)
+        if mult == 1:
+            return n
+        return self._memo_get(("global_rows", mult, device), lambda: self.f.binary(
+            "tag/global_rows", "Mul", n, self.f.const("tag/mult", mult, "int32", device), "int32", device))
+
+    # -- partial --------------------------------------------------------------------------------
+    def _as_partial(self, ref: TensorRef, lay: Layout, j: int) -> str:
+        play = self.placement.of(ref.op)
+        state = self.state_of(ref)
+        if state.kind is Kind.PARTIAL and play.mode is Mode.REPLICATED and play.devices == lay.devices:
+            return self.out(ref, j)
+        full = self.full_on(ref, lay.devices[0])
+        if j == 0:
+            return full
+        device = lay.devices[j]
+
+        def zeros() -> str:
+            self.counts["zeros"] += 1
+            local = self.full_on(ref, device) if state.kind is Kind.FULL else full
+            return self.f.unary(f"tag/zeros/{ref.op}", "ZerosLike", local, self._dtype(ref),
+                                self.devices[device]) + ":0"
+        return self._memo_get(("zeros", ref, device), zeros)
+
+    # -- local ----------------------------------------------------------------------------------
+    def _as_local(self, ref: TensorRef, lay: Layout, j: int) -> str:
+        play = self.placement.of(ref.op)
+        if play.same_split(lay) and self.state_of(ref).kind is Kind.LOCAL:
+            return self.out(ref, j)
+        return self._recompute(ref, lay, j)
+
+    def _recompute(self, ref: TensorRef, lay: Layout, j: int) -> str:
+        """The value op `ref.op` has when run on replica j's shard of `lay` (a clone instance)."""
+        key = ("recompute", ref.op, lay.devices, lay.counts, lay.weights, j)
+        outs = self._memo.get(key)
+        if outs is None:
+            self.counts["recompute"] += 1
+            static = self._static_local(ref.op, lay, j)
+            if static is not None:
+                outs = static
+            else:
+                name = self.f.unique(f"tag/local/{'-'.join(map(str, lay.devices))}/r{j}/{ref.op}")
+                _, outs = self._emit_instance(ref.op, lay, j, name)
+            self._memo[key] = outs
+        return outs[ref.index]
+
+    def _static_local(self, op: str, lay: Layout, j: int) -> list[str] | None:
+        """Shape/Size of a statically shaped tensor on a shard is a constant: emit that."""
+        src = self.graph.op(op)
+        if src.type not in SHAPE_OPS or not lay.counts:
+            return None
+        device = self.devices[lay.devices[j]]
+        outs = []
+        for k, ref in enumerate(src.inputs if src.type == "ShapeN" else src.inputs[:1]):
+            shape = self.a.graph_b1.tensor(ref).shape
+            tb = self.a.batch.of(ref)
+            if shape is None or any(d < 0 for d in shape) or not tb.batched:
+                return None
+            dims = list(shape)
+            dims[tb.axis] = lay.counts[j] * tb.mult
+            dtype = src.outputs[k].base_dtype
+            value = int(np.prod(dims)) if src.type == "Size" else dims
+            outs.append(self.f.const(f"tag/local/{op}/r{j}", value, dtype, device) + ":0")
+        return outs
+
+    def _global_value(self, ref: TensorRef, device: int) -> str:
+        """The original (whole-batch) value of a LOCAL tensor, recomputed on `device`."""
+        def build() -> list[str]:
+            self.counts["recompute"] += 1
+            ann = self.a.annotations[ref.op]
+            if Flag.LOCAL_CONST in ann.flags:
+                return [self.f.const(f"tag/global/{ref.op}", self.graph.attr(ref.op, "value"),
+                                     self.graph.op(ref.op).outputs[0].base_dtype, self.devices[device]) + ":0"]
+            src = self.graph.op(ref.op)
+            if src.type in SHAPE_OPS and not self.placement.dynamic:
+                outs = []
+                for k, r in enumerate(src.inputs if src.type == "ShapeN" else src.inputs[:1]):
+                    shape = self.graph.tensor(r).shape
+                    value = int(np.prod(shape)) if src.type == "Size" else list(shape)
+                    outs.append(self.f.const(f"tag/global/{ref.op}", value, src.outputs[k].base_dtype,
+                                             self.devices[device]) + ":0")
+                return outs
+            name = self.f.unique(f"tag/global/{ref.op}")
+            _, outs = self._emit_instance(ref.op, single(device), 0, name)
+            return outs
+        return self._memo_get(("global", ref.op, device), build)[ref.index]
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _memo_get(self, key: tuple, build):
+        value = self._memo.get(key)
+        if value is None:
+            value = build()
+            self._memo[key] = value
+        return value
+
+    def _dtype(self, ref: TensorRef) -> str:
+        return self.graph.tensor(ref).base_dtype
+
+    # =========================================================================================
+    # Fetches
+    # =========================================================================================
+    def fetch_tensor(self, name: str) -> str:
+        """A tensor holding the original tensor's whole value on the host."""
+        ref = TensorRef.parse(name)
+        if ref.op not in self.graph:
+            raise CompileError(f"cannot fetch {name!r}: no such op in the graph")
+        return self.full_on(ref, HOST, single(HOST))
+
+    def fetch_op(self, name: str) -> str:
+        """An op that runs every instance of the original op."""
+        if name not in self.instances:
+            raise CompileError(f"cannot run {name!r}: no such op in the graph")
+        inst = self.instances[name]
+        if len(inst) == 1:
+            return inst[0]
+        return self._memo_get(("fetch_op", name),
+                              lambda: self.f.no_op(f"tag/run/{name}", inst, self.devices[HOST]))
+
+    def devices_of(self, op: str) -> Sequence[int]:
+        return self.placement.of(op).devices

@@ -1,0 +1,100 @@
+"""The compile pass: (analysis, strategy, devices) -> distributed GraphDef + name maps.
+
+Requires: the strategy fits the analysis (one plan per group, existing devices).
+Ensures (checked when `check=True`): the GraphDef imports into TensorFlow, it is a DAG, and every
+mapped fetch has the original tensor's static shape and dtype.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any, Iterable, Mapping
+
+from tag_tf.analysis import Analysis
+from tag_tf.compiler.builder import GraphBuilder
+from tag_tf.compiler.devices import DeviceMap
+from tag_tf.compiler.placement import Placement, resolve
+from tag_tf.context import PassContext
+from tag_tf.errors import CompileError, GraphError
+from tag_tf.ir import TensorRef
+from tag_tf.strategy import Strategy
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+    graph_def: Any
+    fetch_tensors: Mapping[str, str]          # original tensor name -> tensor with its whole value
+    run_ops: Mapping[str, str]                # original op name -> op running all its instances
+    variables: Mapping[str, tuple[str, ...]]  # original variable op -> its copies (op names)
+    placement: Placement
+    devices: DeviceMap
+    stats: Mapping[str, int]
+    builder: GraphBuilder = dataclasses.field(repr=False, compare=False)
+
+    def extend(self, tensors: Iterable[str] = (), ops: Iterable[str] = ()) -> tuple[list[Any], dict[str, str]]:
+        """Adapters for more fetches after compilation: (new NodeDefs to add to the live graph,
+        original name -> new name). Adapters already built are reused."""
+        before = len(self.builder.f.nodes)
+        names = {t: self.builder.fetch_tensor(t) for t in tensors}
+        names.update({o: self.builder.fetch_op(o) for o in ops})
+        return list(self.builder.f.nodes[before:]), names
+
+
+def compile_strategy(ctx: PassContext, analysis: Analysis, strategy: Strategy, devices: DeviceMap, *,
+                     fetches: Iterable[str] = (), run_ops: Iterable[str] = (), check: bool = False) -> Compiled:
+    from tensorflow.core.framework import graph_pb2
+
+    graph = analysis.graph
+    with ctx.timer("compile/placement"):
+        placement = resolve(analysis, strategy, len(devices))
+    with ctx.timer("compile/build"):
+        builder = GraphBuilder(analysis, placement, devices)
+        builder.emit_all()
+        wanted_tensors = list(dict.fromkeys([*(t for t in [graph.meta.loss] if t), *fetches]))
+        wanted_ops = list(dict.fromkeys([*(o for o in [graph.meta.train_op] if o), *run_ops]))
+        fetch_map = {TensorRef.parse(t).name: builder.fetch_tensor(t) for t in wanted_tensors}
+        op_map = {o: builder.fetch_op(o) for o in wanted_ops}
+    gd = graph_pb2.GraphDef()
+    gd.node.extend(builder.f.nodes)
+    if graph.versions is not None:
+        gd.versions.CopyFrom(graph.versions)
+    if graph.library is not None:
+        gd.library.CopyFrom(graph.library)
+    variables = {v: tuple(builder.instances[v]) for v in graph.variables}
+    stats = dict(builder.counts, ops=len(gd.node), original_ops=len(graph))
+    result = Compiled(gd, types.MappingProxyType(fetch_map), types.MappingProxyType(op_map),
+                      types.MappingProxyType(variables), placement, devices, types.MappingProxyType(stats),
+                      builder)
+    if check:
+        with ctx.timer("compile/check"):
+            check_compiled(analysis, result)
+    ctx.after_pass("compile", result)
+    return result
+
+
+def check_compiled(analysis: Analysis, compiled: Compiled) -> None:
+    """Postconditions: imports, is a DAG, fetches keep their static shape and dtype."""
+    import tensorflow as tf
+
+    from tag_tf.ir.importer import _topological_order
+
+    gd = compiled.graph_def
+    try:
+        _topological_order(gd, {n.name: n for n in gd.node})
+    except GraphError as e:
+        raise CompileError(f"compiled graph is not a DAG: {e}") from None
+    g = tf.Graph()
+    try:
+        with g.as_default():
+            tf.graph_util.import_graph_def(gd, name="")
+    except (ValueError, tf.errors.InvalidArgumentError) as e:
+        first = str(e).strip().splitlines()[0]
+        raise CompileError(f"compiled graph does not import into TensorFlow: {first}") from None
+    for orig, new in compiled.fetch_tensors.items():
+        want = analysis.graph.tensor(orig)
+        got = g.get_tensor_by_name(new)
+        got_shape = None if got.shape.rank is None else tuple(-1 if d is None else d for d in got.shape.as_list())
+        if got.dtype.base_dtype.name != want.base_dtype:
+            raise CompileError(f"fetch {orig}: dtype changed from {want.base_dtype} to {got.dtype.name}")
+        if want.shape is not None and got_shape is not None and want.shape != got_shape:
+            raise CompileError(f"fetch {orig}: static shape changed from {want.shape} to {got_shape}")

@@ -1,0 +1,198 @@
+"""Where each op runs under a strategy: its Layout.
+
+- SINGLE(d): one instance on device d (whole batch).
+- REPLICATED(R, counts): instance j on R[j] takes counts[j] samples; outputs follow the op's
+  annotation (split / partial / full / local).
+- DUPLICATED(R): a full copy on every device of R (whole batch each).
+
+Ops outside training (initialisers, save/restore, summaries) follow the variable they touch: writers
+run once per variable copy (so every copy is initialised and restored), everything else once.
+Random initialisers therefore run once and every copy receives the same initial value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from tag_tf.analysis import Analysis
+from tag_tf.analysis.grouping import _UnionFind, colocation_pairs, group_ops
+from tag_tf.analysis.simplify import PlanningGraph, training_ops
+from tag_tf.analysis.states import Flag
+from tag_tf.errors import StrategyError
+from tag_tf.ir import opsets
+from tag_tf.strategy import GroupPlan, Option, Strategy, split_counts
+
+HOST = -1   # the chief's host device (CPU of task 0): non-training ops without a better place
+
+
+class Mode(enum.Enum):
+    SINGLE = "single"
+    REPLICATED = "replicated"
+    DUPLICATED = "duplicated"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Layout:
+    mode: Mode
+    devices: tuple[int, ...]
+    counts: tuple[int, ...] = ()          # REPLICATED: samples per replica (sum = batch size)
+    weights: tuple[float, ...] = ()       # REPLICATED: share weights (dynamic batch: split at run time)
+    option: Option = Option.ALLREDUCE     # how partial sums of this layout are synchronised
+
+    @property
+    def size(self) -> int:
+        return len(self.devices)
+
+    def same_split(self, other: "Layout") -> bool:
+        """Two replicated layouts whose shards line up exactly."""
+        return (self.mode is Mode.REPLICATED and other.mode is Mode.REPLICATED
+                and self.devices == other.devices and self.counts == other.counts
+                and self.weights == other.weights)
+
+    def __str__(self) -> str:
+        if self.mode is Mode.SINGLE:
+            return f"single({self.devices[0]})"
+        if self.mode is Mode.DUPLICATED:
+            return f"dup{list(self.devices)}"
+        return f"rep{list(self.devices)}:{list(self.counts)}"
+
+
+def single(device: int) -> Layout:
+    return Layout(Mode.SINGLE, (device,))
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    layouts: Mapping[str, Layout]        # every op of the graph
+    batch_size: int
+    dynamic: bool
+
+    def of(self, op: str) -> Layout:
+        return self.layouts[op]
+
+
+class ColocationSets:
+    """Union-find over all ops of the graph by TF's colocation constraints."""
+
+    def __init__(self, analysis: Analysis):
+        graph = analysis.graph
+        self.names = list(graph.order)
+        self.index = {n: i for i, n in enumerate(self.names)}
+        uf = _UnionFind(len(self.names))
+        for a, b in colocation_pairs(graph, self.names):
+            uf.union(self.index[a], self.index[b])
+        self._root = [uf.find(i) for i in range(len(self.names))]
+        self.variable_roots = frozenset(self.root(v) for v in graph.variables)
+
+    def root(self, op: str) -> int:
+        return self._root[self.index[op]]
+
+    def with_variable(self, op: str) -> bool:
+        """Colocated with a variable (its reads, updates, slots): in a PS group these live on the PS."""
+        return self.root(op) in self.variable_roots
+
+
+def mp_partition(analysis: Analysis, group: int, parts: int, seed: int = 0) -> dict[str, int]:
+    """Model parallelism inside one group: METIS over the group's planned ops -> part per op."""
+    planning = analysis.planning
+    ops = analysis.grouping.groups[group].ops
+    if parts <= 1 or len(ops) <= 1:
+        return {op: 0 for op in ops}
+    index = {n: i for i, n in enumerate(planning.ops)}
+    keep = np.array([index[o] for o in ops])
+    pos = {int(k): i for i, k in enumerate(keep)}
+    mask = np.array([int(s) in pos and int(d) in pos for s, d in planning.edges], dtype=bool)
+    edges = np.array([[pos[int(s)], pos[int(d)]] for s, d in planning.edges[mask]], dtype=np.int32).reshape(-1, 2)
+    host = {m: h for m, h in planning.host.items() if h in set(ops)}
+    sub = PlanningGraph(tuple(ops), host, edges, planning.edge_bytes[mask], {})
+    grouping = group_ops(analysis.graph_b1, sub, analysis.weights[keep], num_groups=parts,
+                         balance_factor=1.5, seed=seed)
+    return {op: grouping.group_of[op] % parts for op in ops}
+
+
+def resolve(analysis: Analysis, strategy: Strategy, num_devices: int) -> Placement:
+    """The layout of every op of `analysis.graph` under `strategy`."""
+    graph = analysis.graph
+    strategy.validate(len(analysis.grouping.groups), num_devices)
+    batch = analysis.batch_size
+    dynamic = analysis.dynamic_batch
+    train = training_ops(graph)
+    coloc = ColocationSets(analysis)
+    group_of = analysis.grouping.group_of
+
+    # Per-group base layouts and, for PS groups, a parameter server per colocation set (round-robin).
+    group_layout: list[Layout] = []
+    for gid, plan in enumerate(strategy.groups):
+        group_layout.append(_group_layout(plan, strategy, batch, dynamic))
+    ps_device: dict[int, int] = {}
+    next_ps: dict[int, int] = {}
+    mp_parts: dict[int, dict[str, int]] = {}
+
+    layouts: dict[str, Layout] = {}
+    for name in graph.order:
+        if name not in train:
+            continue
+        gid = group_of[name]
+        plan = strategy.groups[gid]
+        base = group_layout[gid]
+        ann = analysis.annotations[name]
+        if Flag.SOURCE in ann.flags:
+            layouts[name] = single(plan.devices[0])     # fed once; replicated consumers split it
+            continue
+        if plan.option is Option.MODEL_PARALLEL and len(plan.devices) > 1:
+            if gid not in mp_parts:
+                mp_parts[gid] = mp_partition(analysis, gid, len(plan.devices))
+            host = analysis.planning.host[name]
+            layouts[name] = single(plan.devices[mp_parts[gid][host]])
+            continue
+        if plan.option is Option.PS and base.mode is Mode.REPLICATED and coloc.with_variable(name):
+            root = coloc.root(name)
+            if root not in ps_device:
+                k = next_ps.get(gid, 0)
+                ps_device[root] = plan.devices[k % len(plan.devices)]
+                next_ps[gid] = k + 1
+            layouts[name] = single(ps_device[root])
+            continue
+        layouts[name] = base
+
+    # Non-training ops follow what they are colocated with.
+    anchor: dict[int, str] = {}
+    for name in graph.order:
+        if name in layouts:
+            anchor.setdefault(coloc.root(name), name)
+    for name in graph.order:
+        if name in layouts:
+            continue
+        a = anchor.get(coloc.root(name))
+        if a is None:
+            layouts[name] = single(HOST)
+            continue
+        lay = layouts[a]
+        if lay.mode is Mode.SINGLE:
+            layouts[name] = lay
+        elif opsets.is_variable_writer(graph.op(name).type):
+            layouts[name] = Layout(Mode.DUPLICATED, lay.devices)   # write every copy
+        else:
+            layouts[name] = single(lay.devices[0])
+    return Placement(layouts, batch, dynamic)
+
+
+def _group_layout(plan: GroupPlan, strategy: Strategy, batch: int, dynamic: bool) -> Layout:
+    if len(plan.devices) == 1 or plan.option is Option.MODEL_PARALLEL:
+        return single(plan.devices[0])
+    if plan.option is Option.DUPLICATE:
+        return Layout(Mode.DUPLICATED, plan.devices)
+    weights = strategy.share_weights(plan.devices)
+    counts = () if dynamic else split_counts(batch, weights)
+    return Layout(Mode.REPLICATED, plan.devices, counts, weights if dynamic else (), plan.option)
+
+
+def describe(placement: Placement, ops: Sequence[str]) -> dict[str, str]:
+    return {op: str(placement.of(op)) for op in ops}
+
+
+__all__ = ["HOST", "Layout", "Mode", "Placement", "resolve", "single", "mp_partition"]
+

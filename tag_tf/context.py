@@ -1,0 +1,78 @@
+"""The context every pass receives: typed options, named timers, IR instruments and a deadline.
+
+Passes are pure functions of (context, input) -> output; they never mutate their input and keep no
+global state. The context is the one place where cross-cutting concerns live.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import Any, Callable, Iterator
+
+from tag_tf.errors import DeadlineExceeded
+
+log = logging.getLogger("tag_tf")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Options shared by the pipeline's passes. Frozen: derive a new one with `dataclasses.replace`."""
+
+    num_groups: int = 60            # METIS groups (paper: 60)
+    balance_factor: float = 2.0     # METIS balance on compute time (paper: 2)
+    seed: int = 0
+    exact_batch_stats: bool = False  # BatchNorm: per-replica statistics (False) or synchronized (True)
+    cache_dir: str | None = None    # profiles and plans; None = no cache
+
+
+@dataclasses.dataclass
+class Timer:
+    name: str
+    seconds: float = 0.0
+    calls: int = 0
+
+
+class PassContext:
+    """Carries options, per-phase timers, instruments (callbacks after each pass) and a deadline."""
+
+    def __init__(self, options: Options | None = None, deadline_s: float | None = None,
+                 instruments: tuple[Callable[[str, Any], None], ...] = ()):
+        self.options = options or Options()
+        self._deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        self.instruments = tuple(instruments)
+        self.timers: dict[str, Timer] = {}
+
+    @contextlib.contextmanager
+    def timer(self, name: str) -> Iterator[None]:
+        t = self.timers.setdefault(name, Timer(name))
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            t.seconds += time.perf_counter() - start
+            t.calls += 1
+
+    def time_left(self) -> float | None:
+        return None if self._deadline is None else self._deadline - time.monotonic()
+
+    def check_deadline(self, what: str) -> None:
+        left = self.time_left()
+        if left is not None and left <= 0:
+            raise DeadlineExceeded(f"{what}: deadline exceeded")
+
+    def after_pass(self, name: str, result: Any) -> None:
+        for instrument in self.instruments:
+            instrument(name, result)
+
+    def run(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run one pass under its timer, check the deadline, then let instruments see the result."""
+        self.check_deadline(name)
+        with self.timer(name):
+            result = fn(self, *args, **kwargs)
+        self.after_pass(name, result)
+        return result
+
+    def timing_report(self) -> dict[str, float]:
+        return {name: round(t.seconds, 4) for name, t in self.timers.items()}

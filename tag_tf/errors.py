@@ -1,0 +1,37 @@
+"""Errors users see. Each names the thing that is wrong (file, field, op, device, group)."""
+
+
+class TagError(Exception):
+    """Base class: a problem with the user's input or environment, reported in one clear line."""
+
+
+class GraphError(TagError):
+    """The input graph cannot be read or is not a training graph we can handle."""
+
+
+class ModelError(TagError):
+    """Unknown model name or bad model-builder arguments."""
+
+
+class TopologyError(TagError):
+    """A topology file or preset is malformed; the message names the field."""
+
+
+class StrategyError(TagError):
+    """A strategy does not fit the graph or the topology; the message names the group or device."""
+
+
+class CompileError(TagError):
+    """The compiler cannot produce an equivalent graph for this strategy."""
+
+
+class ProfileError(TagError):
+    """Profiling failed or the profile database is unusable."""
+
+
+class ClusterError(TagError):
+    """A server process is dead, unreachable or mis-configured; the message names the task."""
+
+
+class DeadlineExceeded(TagError):
+    """A pass ran past its deadline."""

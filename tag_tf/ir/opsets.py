@@ -1,0 +1,37 @@
+"""Families of TF op types the IR and passes need to recognise structurally (not batch semantics:
+those live in `tag_tf.analysis.rules`)."""
+from __future__ import annotations
+
+VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
+
+# Ops that write a variable through their first (ref or resource) input.
+_WRITER_EXACT = frozenset({
+    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+})
+_WRITER_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply", "Scatter",
+                    "ResourceScatter", "ResourceStridedSliceAssign", "StridedSliceAssign")
+_UPDATE_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")
+
+# TF1 control flow: its frames must not be split across devices or replicated piecemeal.
+CONTROL_FLOW_OPS = frozenset({"Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond",
+                              "RefEnter", "RefExit", "RefMerge", "RefSwitch", "RefNextIteration"})
+
+# Ops whose output differs run to run (their replicas cannot reproduce the original's values).
+RANDOM_OPS = frozenset({"RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
+                        "RandomShuffle", "Multinomial", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
+                        "StatelessRandomUniformV2", "StatelessRandomNormalV2"})
+
+# Ops that read a variable's value (their output is a plain tensor).
+VARIABLE_READS = frozenset({"ReadVariableOp", "Identity"})
+
+
+def is_variable_writer(op_type: str) -> bool:
+    return op_type in _WRITER_EXACT or op_type.startswith(_WRITER_PREFIXES)
+
+
+def is_optimizer_update(op_type: str) -> bool:
+    return op_type.startswith(_UPDATE_PREFIXES)
+
+
+def is_sparse_update(op_type: str) -> bool:
+    return op_type.startswith(("SparseApply", "ResourceSparseApply"))

@@ -1,0 +1,31 @@
+"""Session configuration for running original and compiled graphs on TensorFlow's runtime."""
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULT_TIMEOUT_MS = 60_000
+
+
+def session_config(num_cpus: int = 1, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
+                   collective_leader: str | None = None, keep_names: bool = False) -> Any:
+    """A ConfigProto with `num_cpus` virtual CPU devices and an operation timeout (a mistake then
+    fails with DeadlineExceeded instead of hanging). `keep_names` disables Grappler so node names
+    survive (profiling)."""
+    import tensorflow as tf
+
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": num_cpus}, allow_soft_placement=True,
+                                      operation_timeout_in_ms=timeout_ms)
+    if collective_leader:
+        config.experimental.collective_group_leader = collective_leader
+    if keep_names:
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return config
+
+
+def import_graph(graph_def: Any) -> Any:
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    return g

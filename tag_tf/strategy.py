@@ -1,0 +1,167 @@
+"""A deployment strategy: for each op group, where it runs (placement P) and how (option O).
+
+The paper's P is a groups x device-groups 0/1 matrix and O a one-hot option per group; we store the
+devices explicitly so a group can be replicated on any subset of devices ("partial replication"),
+and per-device batch shares so replicas can take uneven parts of the batch (e.g. by device speed).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from tag_tf.errors import StrategyError
+
+
+class Option(enum.Enum):
+    ALLREDUCE = "allreduce"      # replicate, batch split; gradients synchronised with AllReduce
+    PS = "ps"                    # replicate, batch split; variables on a parameter server (round-robin)
+    DUPLICATE = "duplicate"      # copy to every device with the whole batch; no gradient sync needed
+    MODEL_PARALLEL = "mp"        # split the group's ops across the devices (METIS), no replication
+
+    @classmethod
+    def parse(cls, value: str) -> "Option":
+        aliases = {"ar": "allreduce", "all-reduce": "allreduce", "dup": "duplicate",
+                   "model-parallel": "mp", "model_parallel": "mp"}
+        key = aliases.get(str(value).lower(), str(value).lower())
+        try:
+            return cls(key)
+        except ValueError:
+            raise StrategyError(f"unknown option {value!r} (expected one of "
+                                f"{', '.join(o.value for o in cls)})") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupPlan:
+    devices: tuple[int, ...]     # topology device ids, in replica order
+    option: Option
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"devices": list(self.devices), "option": self.option.value}
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    groups: tuple[GroupPlan, ...]
+    shares: tuple[float, ...] | None = None   # per topology device; None = even split
+    graph: str | None = None                   # fingerprint of the graph it was made for
+    topology: str | None = None                # fingerprint of the topology it was made for
+    name: str = ""
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def uniform(cls, num_groups: int, devices: Sequence[int], option: Option = Option.ALLREDUCE,
+                shares: Sequence[float] | None = None, **kw: Any) -> "Strategy":
+        plan = GroupPlan(tuple(devices), option)
+        return cls(tuple(plan for _ in range(num_groups)), None if shares is None else tuple(shares), **kw)
+
+    @classmethod
+    def from_matrix(cls, placement: np.ndarray, options: Sequence[Option], topology: Any,
+                    shares: Sequence[float] | None = None, **kw: Any) -> "Strategy":
+        """The paper's form: placement[i, j] = 1 if group i uses device group j."""
+        placement = np.asarray(placement)
+        groups = []
+        for i, opt in enumerate(options):
+            devices = tuple(d for j in np.flatnonzero(placement[i]) for d in topology.groups[j].devices)
+            groups.append(GroupPlan(devices, opt))
+        return cls(tuple(groups), None if shares is None else tuple(shares), **kw)
+
+    # -- JSON ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": "tag_tf.strategy/1", "name": self.name, "graph": self.graph,
+                "topology": self.topology, "shares": None if self.shares is None else list(self.shares),
+                "groups": [g.to_dict() for g in self.groups]}
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    @classmethod
+    def from_dict(cls, d: Any, source: str = "strategy") -> "Strategy":
+        if not isinstance(d, dict) or "groups" not in d:
+            raise StrategyError(f"{source}: not a strategy (expected an object with 'groups')")
+        groups = []
+        for i, g in enumerate(d["groups"]):
+            if not isinstance(g, dict) or "devices" not in g or "option" not in g:
+                raise StrategyError(f"{source}: group {i} needs 'devices' and 'option'")
+            devices = g["devices"]
+            if not isinstance(devices, list) or not all(isinstance(x, int) for x in devices):
+                raise StrategyError(f"{source}: group {i}: 'devices' must be a list of device ids")
+            try:
+                option = Option.parse(g["option"])
+            except StrategyError as e:
+                raise StrategyError(f"{source}: group {i}: {e}") from None
+            groups.append(GroupPlan(tuple(devices), option))
+        shares = d.get("shares")
+        if shares is not None and (not isinstance(shares, list) or
+                                   not all(isinstance(x, (int, float)) for x in shares)):
+            raise StrategyError(f"{source}: 'shares' must be a list of numbers")
+        return cls(tuple(groups), None if shares is None else tuple(float(x) for x in shares),
+                   d.get("graph"), d.get("topology"), d.get("name", ""))
+
+    @classmethod
+    def load(cls, path: str) -> "Strategy":
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except OSError as e:
+            raise StrategyError(f"{path}: cannot read strategy ({e.strerror})") from None
+        except json.JSONDecodeError as e:
+            raise StrategyError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        return cls.from_dict(data, source=path)
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            f.write(self.to_json(indent=1))
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.to_json(sort_keys=True).encode()).hexdigest()[:16]
+
+    # -- checks -------------------------------------------------------------------------------
+    def validate(self, num_groups: int, num_devices: int, graph: str | None = None,
+                 topology: str | None = None) -> None:
+        """Raise StrategyError naming the group/device when the strategy does not fit."""
+        if graph and self.graph and graph != self.graph:
+            raise StrategyError(f"strategy was made for graph {self.graph}, not this graph ({graph})")
+        if topology and self.topology and topology != self.topology:
+            raise StrategyError(f"strategy was made for topology {self.topology}, not this one ({topology})")
+        if len(self.groups) != num_groups:
+            raise StrategyError(f"strategy has {len(self.groups)} groups but the graph has {num_groups}")
+        for i, g in enumerate(self.groups):
+            if not g.devices:
+                raise StrategyError(f"group {i}: no devices")
+            if len(set(g.devices)) != len(g.devices):
+                raise StrategyError(f"group {i}: a device appears twice in {list(g.devices)}")
+            for d in g.devices:
+                if not 0 <= d < num_devices:
+                    raise StrategyError(f"group {i}: device {d} does not exist "
+                                        f"(the topology has devices 0..{num_devices - 1})")
+        if self.shares is not None:
+            if len(self.shares) != num_devices:
+                raise StrategyError(f"shares has {len(self.shares)} entries but the topology has "
+                                    f"{num_devices} devices")
+            for d, s in enumerate(self.shares):
+                if not s > 0:
+                    raise StrategyError(f"device {d}: batch share must be positive, got {s}")
+
+    def share_weights(self, devices: Iterable[int]) -> tuple[float, ...]:
+        return tuple(1.0 if self.shares is None else float(self.shares[d]) for d in devices)
+
+
+def split_counts(total: int, weights: Sequence[float]) -> tuple[int, ...]:
+    """Split `total` samples by `weights` (largest remainder), every part at least 1."""
+    n = len(weights)
+    if total < n:
+        raise StrategyError(f"batch size {total} is smaller than the {n} replicas it is split over")
+    w = np.asarray(weights, dtype=float)
+    w = w / w.sum()
+    spare = total - n                        # one sample each first, the rest by weight
+    raw = w * spare
+    counts = np.floor(raw).astype(int)
+    order = np.argsort(-(raw - counts), kind="stable")
+    counts[order[: spare - counts.sum()]] += 1
+    return tuple(int(c) + 1 for c in counts)
