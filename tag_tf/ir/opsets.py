@@ -35,3 +35,18 @@ def is_optimizer_update(op_type: str) -> bool:
 
 def is_sparse_update(op_type: str) -> bool:
     return op_type.startswith(("SparseApply", "ResourceSparseApply"))
+
+
+def gradient_input(op_type: str) -> int | None:
+    """Index of the gradient input ("grad", or "delta" for gradient descent) of an optimizer update."""
+    if not is_optimizer_update(op_type):
+        return None
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(op_type)
+    if op_def is None:
+        return None
+    for i, arg in enumerate(op_def.input_arg):
+        if arg.name in ("grad", "delta"):
+            return i
+    return None

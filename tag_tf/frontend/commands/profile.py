@@ -1,0 +1,130 @@
+"""`tag-tf profile`: measure per-op times of a zoo model on this machine and store them in the profile DB.
+
+    tag-tf profile --model cnn --tiny --batch-sizes 2,4,8 --repeats 5 --json
+
+Only local devices can be measured ("local": the first GPU, else the CPU; "cpu"; "gpu[:N]"); GPU
+types that are not present get op times from the analytical cost model at planning time.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from typing import Any
+
+from tag_tf.errors import ProfileError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "profile", help="measure per-op compute times of a model on this machine",
+        description="Run single-device training of a zoo model under full tracing at several batch sizes, "
+                    "fit t = fixed + per_sample * batch per op, and store the profile in the profile database.")
+    p.add_argument("--model", required=True, help="zoo model name (mlp, cnn, vgg19, resnet101, ...)")
+    p.add_argument("--device", default="local",
+                   help="local device to measure: local (first GPU, else CPU), cpu, gpu or gpu:N")
+    p.add_argument("--batch-sizes", default="2,4,8,16", help="comma-separated batch sizes (default 2,4,8,16)")
+    p.add_argument("--repeats", type=int, default=5, help="traced steps per batch size (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="untraced warm-up steps per batch size (default 2)")
+    p.add_argument("--tiny", action="store_true", help="build the tiny variant of the model")
+    p.add_argument("--dynamic-batch", action="store_true",
+                   help="build once with a dynamic batch dimension and feed each batch size")
+    p.add_argument("--db", default=None, help="profile database directory (default .tag_tf_cache/profiles)")
+    p.add_argument("--force", action="store_true", help="re-profile even when the database has the profile")
+    p.add_argument("--top", type=int, default=10, help="how many of the slowest ops to list (default 10)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def parse_batch_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        raise ProfileError(f"--batch-sizes must be comma-separated integers, got {text!r}") from None
+    if len(sizes) < 2:
+        raise ProfileError(f"--batch-sizes needs at least two distinct sizes, got {text!r}")
+    if sizes[0] < 1:
+        raise ProfileError(f"--batch-sizes must be >= 1, got {text!r}")
+    return sizes
+
+
+def run(args: argparse.Namespace) -> int:
+    from tag_tf.ir import from_graph_def
+    from tag_tf.models import build_model
+    from tag_tf.profile.db import DEFAULT_DB_PATH, ProfileDB
+    from tag_tf.profile.op_profiler import profile_model, resolve_device
+
+    sizes = parse_batch_sizes(args.batch_sizes)
+    if args.repeats < 1:
+        raise ProfileError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.warmup < 0:
+        raise ProfileError(f"--warmup must be >= 0, got {args.warmup}")
+    device_type, _ = resolve_device(args.device)
+    db = ProfileDB(args.db or DEFAULT_DB_PATH)
+
+    t0 = time.perf_counter()
+    # The key: the graph's IR fingerprint (at the smallest batch size; batch-independent when the
+    # batch dimension is dynamic).
+    model = build_model(args.model, batch_size=sizes[0], tiny=args.tiny, dynamic_batch=args.dynamic_batch)
+    graph = from_graph_def(model.graph_def, model.meta_graph_def)
+    fingerprint = graph.fingerprint
+
+    def measure():
+        prof = profile_model(args.model, sizes, repeats=args.repeats, warmup=args.warmup, tiny=args.tiny,
+                             dynamic_batch=args.dynamic_batch, device=args.device)
+        return dataclasses.replace(prof, fingerprint=fingerprint)
+
+    if args.force:
+        profile, cached = measure(), False
+        db.put_op_profile(profile, fingerprint, device_type, sizes)
+    else:
+        profile, cached = db.op_profile(fingerprint, device_type, sizes, measure)
+    report = summarize(profile, args.model, args.top)
+    report.update({"fingerprint": fingerprint, "tiny": bool(args.tiny), "cached": cached,
+                   "db": db.op_profile_path(fingerprint, device_type, sizes),
+                   "elapsed_s": round(time.perf_counter() - t0, 3)})
+    if args.json:
+        print(json.dumps(report, indent=None, sort_keys=False))
+    else:
+        print(_text(report))
+    return 0
+
+
+def summarize(profile: Any, model: str, top: int) -> dict[str, Any]:
+    """The JSON report of a profile."""
+    b_max = max(profile.batch_sizes)
+    k = {b: i for i, b in enumerate(profile.batch_sizes)}
+    return {
+        "model": model,
+        "device_type": profile.device_type,
+        "batch_sizes": list(profile.batch_sizes),
+        "repeats": profile.repeats,
+        "ops_profiled": profile.num_ops,
+        "ops_batch_dependent": int((profile.per_sample > 0).sum()),
+        "ops_fused": len(profile.info.get("absorbed", {})),
+        "total_fitted_s": {str(b): profile.total(b) for b in profile.batch_sizes},
+        "total_measured_s": {str(b): profile.measured_total(b) for b in profile.batch_sizes},
+        "step_wall_s": ({str(b): float(profile.step_times[k[b]]) for b in profile.batch_sizes}
+                        if profile.step_times is not None else None),
+        "top_ops": [{"name": n, "type": t, "time_s": s,
+                     "fixed_s": float(profile.fixed[profile.index()[n]]),
+                     "per_sample_s": float(profile.per_sample[profile.index()[n]])}
+                    for n, t, s in profile.top(max(top, 0), b_max)],
+        "top_ops_batch": b_max,
+    }
+
+
+def _text(r: dict[str, Any]) -> str:
+    lines = [f"{r['model']} on {r['device_type']}: {r['ops_profiled']} ops profiled "
+             f"({r['ops_batch_dependent']} batch-dependent) at batch sizes {r['batch_sizes']}"
+             + (" [from the database]" if r["cached"] else "")]
+    for b, t in r["total_fitted_s"].items():
+        wall = r["step_wall_s"][b] if r["step_wall_s"] else float("nan")
+        lines.append(f"  batch {b:>4}: fitted {t * 1e3:9.3f} ms  measured {r['total_measured_s'][b] * 1e3:9.3f} ms"
+                     f"  step wall {wall * 1e3:9.3f} ms")
+    lines.append(f"slowest ops at batch {r['top_ops_batch']}:")
+    for op in r["top_ops"]:
+        lines.append(f"  {op['time_s'] * 1e6:10.1f} us  {op['type']:<24} {op['name']}")
+    lines.append(f"stored in {r['db']}")
+    return "\n".join(lines)

@@ -1,0 +1,16 @@
+"""`tag-tf server --cluster FILE --task I`: run one machine's TensorFlow server."""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("server", help="run one TensorFlow server of a cluster (one per machine)")
+    p.add_argument("--cluster", required=True, help="cluster file (JSON/YAML): tasks, cpus_per_task, timeout_ms")
+    p.add_argument("--task", type=int, required=True, help="index of this machine in the cluster's tasks")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from tag_tf.runtime.cluster import ClusterSpec, serve
+
+    serve(ClusterSpec.load(args.cluster), args.task)
+    return 0

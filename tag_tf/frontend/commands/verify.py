@@ -1,0 +1,115 @@
+"""`tag-tf verify`: train K steps with the original graph and with the compiled one, compare."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+from tag_tf.errors import TagError
+from tag_tf.frontend.loading import add_model_args, analysis_for, load
+
+
+def register(sub) -> None:
+    p = sub.add_parser("verify", help="check that a compiled strategy trains exactly like the original graph")
+    add_model_args(p, graph=False)
+    p.add_argument("--devices", type=int, required=True, help="number of devices (virtual CPU devices here)")
+    p.add_argument("--processes", type=int, default=1,
+                   help="server processes on 127.0.0.1 (devices are spread evenly over them)")
+    p.add_argument("--strategy", default="dp", help="dp | dp-p | random | a strategy JSON file")
+    p.add_argument("--shares", help="per-device batch shares, e.g. 1,2,3 (uneven split)")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--groups", type=int, default=60)
+    p.add_argument("--tolerance", type=float, default=1e-4)
+    p.add_argument("--exact-batch-stats", action="store_true",
+                   help="synchronized BatchNorm statistics (default: per-replica, like MirroredStrategy)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def make_strategy(spec: str, analysis, num_devices: int, seed: int, shares=None):
+    from tag_tf.search.baselines import data_parallel, random_strategy
+    from tag_tf.strategy import Strategy
+
+    n_groups = len(analysis.grouping.groups)
+    if spec == "dp":
+        st = data_parallel(n_groups, num_devices)
+    elif spec == "dp-p":
+        # Capacities of this machine's devices are equal (virtual CPUs): shares come from --shares.
+        st = data_parallel(n_groups, num_devices)
+    elif spec == "random":
+        st = random_strategy(n_groups, num_devices, np.random.default_rng(seed))
+    else:
+        st = Strategy.load(spec)
+        st.validate(n_groups, num_devices, graph=analysis.graph.fingerprint)
+    if shares is not None:
+        st = Strategy(st.groups, tuple(shares), st.graph, st.topology, st.name)
+    st.validate(n_groups, num_devices)
+    return st
+
+
+def parse_shares(text: str | None, n: int):
+    if not text:
+        return None
+    try:
+        shares = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise TagError(f"--shares: expected numbers separated by commas, got {text!r}") from None
+    if len(shares) != n:
+        raise TagError(f"--shares has {len(shares)} values for {n} devices")
+    return shares
+
+
+def run(args) -> int:
+    from tag_tf.compiler import DeviceMap, compile_strategy
+    from tag_tf.context import Options, PassContext
+    from tag_tf.runtime.cluster import cpu_topology, local_cluster
+    from tag_tf.runtime.equivalence import check_equivalence
+
+    if args.devices < 1 or args.processes < 1 or args.devices % args.processes:
+        raise TagError(f"--devices {args.devices} must be a positive multiple of --processes {args.processes}")
+    if args.steps < 1:
+        raise TagError("--steps must be at least 1")
+    ctx = PassContext(Options(num_groups=args.groups, seed=args.seed, exact_batch_stats=args.exact_batch_stats))
+    loaded = load(args, dropout=0.0)   # no random ops: both runs must see the same computation
+    analysis = analysis_for(loaded, args, ctx)
+    strategy = make_strategy(args.strategy, analysis, args.devices, args.seed,
+                             parse_shares(args.shares, args.devices))
+    rng = np.random.default_rng(args.seed)
+    batches = [loaded.model.feed(rng) for _ in range(args.steps)]
+    start = time.perf_counter()
+    if args.processes == 1:
+        devices = DeviceMap.local_cpus(args.devices)
+        compiled = compile_strategy(ctx, analysis, strategy, devices, check=True)
+        result = check_equivalence(analysis, compiled, lambda s: batches[s], args.steps, tolerance=args.tolerance)
+    else:
+        per = args.devices // args.processes
+        devices = DeviceMap.for_topology(cpu_topology(args.processes, per))
+        compiled = compile_strategy(ctx, analysis, strategy, devices, check=True)
+        with local_cluster(args.processes, per) as (spec, _):
+            try:
+                result = check_equivalence(analysis, compiled, lambda s: batches[s], args.steps,
+                                           target=spec.target, config=spec.session_config(),
+                                           tolerance=args.tolerance)
+            except Exception as e:  # a dead server shows up as a TF error: name the task
+                import tensorflow as tf
+                if isinstance(e, tf.errors.OpError):
+                    raise spec.explain(e) from None
+                raise
+    out = {"model": loaded.source, **result.to_dict(), "processes": args.processes,
+           "strategy": args.strategy, "seed": args.seed, "groups": len(analysis.grouping.groups),
+           "compile": dict(compiled.stats), "seconds": round(time.perf_counter() - start, 2),
+           "timers": ctx.timing_report()}
+    if args.json:
+        json.dump(out, sys.stdout)
+        print()
+    else:
+        verdict = "equivalent" if result.ok else "NOT equivalent"
+        print(f"{loaded.source}: {verdict} after {args.steps} steps on {args.devices} devices "
+              f"({args.processes} process{'es' if args.processes > 1 else ''}): max_rel_diff "
+              f"{result.max_rel_diff:.3g} (tolerance {args.tolerance:g})")
+        if result.noise_variables:
+            print(f"  left out (gradient is rounding noise): {', '.join(result.noise_variables)}")
+    return 0 if result.ok else 1

@@ -1,0 +1,70 @@
+"""Turning CLI arguments (a zoo model or a graph file) into the IR and an analysis."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any, Callable
+
+from tag_tf.analysis import Analysis, analyze
+from tag_tf.context import Options, PassContext
+from tag_tf.errors import TagError
+from tag_tf.ir import Graph, from_file, from_graph_def
+
+
+@dataclasses.dataclass
+class Loaded:
+    graph: Graph
+    rebuild: Callable[[int], Graph] | None
+    model: Any = None            # ModelGraph when it came from the zoo
+    source: str = ""
+
+
+def add_model_args(p: argparse.ArgumentParser, *, graph: bool = True) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="a built-in model: mlp, cnn, vgg19, resnet101, inceptionv3, "
+                                     "transformer, bert-small, bert-large")
+    if graph:
+        src.add_argument("--graph", help="your own graph: a GraphDef (.pb/.pbtxt) or MetaGraphDef (.meta)")
+        p.add_argument("--train-op", help="name of the train op (when it cannot be found)")
+    p.add_argument("--batch", type=int, help="batch size (default: the model's; planning size for dynamic graphs)")
+    p.add_argument("--tiny", action="store_true", help="a tiny version of the model (fast)")
+    p.add_argument("--input-size", type=int, help="image side / sequence length / features of the model")
+
+
+def model_kwargs(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    kw: dict[str, Any] = {"tiny": bool(getattr(args, "tiny", False))}
+    if getattr(args, "batch", None):
+        kw["batch_size"] = args.batch
+    if getattr(args, "input_size", None):
+        kw["input_size"] = args.input_size
+    kw.update(extra)
+    return kw
+
+
+def model_ir(model: Any) -> Graph:
+    return from_graph_def(model.graph_def, model.meta_graph_def, train_op=model.train_op, loss=model.loss,
+                          inputs=[f"{spec.name}:0" for spec in model.inputs])
+
+
+def load(args: argparse.Namespace, **model_extra: Any) -> Loaded:
+    if getattr(args, "graph", None):
+        graph = from_file(args.graph, train_op=getattr(args, "train_op", None))
+        return Loaded(graph, None, None, args.graph)
+    from tag_tf.models import build_model
+
+    kw = model_kwargs(args, **model_extra)
+    model = build_model(args.model, **kw)
+
+    def rebuild(batch: int) -> Graph:
+        return model_ir(build_model(args.model, **{**kw, "batch_size": batch}))
+    return Loaded(model_ir(model), rebuild, model, args.model)
+
+
+def analysis_for(loaded: Loaded, args: argparse.Namespace, ctx: PassContext | None = None) -> Analysis:
+    ctx = ctx or PassContext(Options(num_groups=getattr(args, "groups", None) or 60))
+    if getattr(args, "graph", None):
+        return analyze(ctx, loaded.graph, batch_size=getattr(args, "batch", None))
+    return analyze(ctx, loaded.graph, rebuild=loaded.rebuild)
+
+
+__all__ = ["Loaded", "add_model_args", "load", "analysis_for", "model_ir", "TagError"]

@@ -1,0 +1,70 @@
+"""Shared fixtures: zoo models (tiny), their IR and analyses, built once per test session."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import functools
+
+import numpy as np
+import pytest
+
+
+@functools.lru_cache(maxsize=None)
+def zoo(name: str, **kw):
+    """(ModelGraph, IR graph, rebuild fn) for a tiny zoo model without dropout."""
+    from tag_tf.frontend.loading import model_ir
+    from tag_tf.models import build_model
+
+    args = dict(tiny=True, dropout=0.0, **kw)
+    model = build_model(name, **args)
+
+    def rebuild(batch: int):
+        return model_ir(build_model(name, **{**args, "batch_size": batch}))
+    return model, model_ir(model), rebuild
+
+
+@functools.lru_cache(maxsize=None)
+def analysis_of(name: str, num_groups: int = 60, exact_batch_stats: bool = False, **kw):
+    from tag_tf.analysis import analyze
+    from tag_tf.context import Options, PassContext
+
+    model, graph, rebuild = zoo(name, **kw)
+    ctx = PassContext(Options(num_groups=num_groups, exact_batch_stats=exact_batch_stats))
+    return model, analyze(ctx, graph, rebuild=rebuild, batch_size=model.batch_size)
+
+
+def batches(model, steps: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    data = [model.feed(rng) for _ in range(steps)]
+    return lambda step: data[step]
+
+
+@pytest.fixture(scope="session")
+def small_graph():
+    """A hand-built logistic regression (Adam, resource variables) at batch 8."""
+    return hand_built(8)
+
+
+def hand_built(batch, *, resource=True, dtype="float32", optimizer="adam"):
+    import tensorflow as tf
+
+    from tag_tf.ir import from_graph_def
+
+    g = tf.Graph()
+    with g.as_default():
+        with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), use_resource=resource):
+            x = tf.compat.v1.placeholder(dtype, [batch, 4], name="x")
+            y = tf.compat.v1.placeholder(tf.int32, [batch], name="y")
+            w = tf.compat.v1.get_variable("w", [4, 3], dtype=dtype)
+            b = tf.compat.v1.get_variable("b", [3], dtype=dtype, initializer=tf.zeros_initializer())
+            logits = tf.matmul(x, w) + b
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits),
+                                  name="loss")
+            step = tf.compat.v1.train.get_or_create_global_step()
+            opt = {"adam": tf.compat.v1.train.AdamOptimizer(0.1),
+                   "sgd": tf.compat.v1.train.GradientDescentOptimizer(0.1)}[optimizer]
+            opt.minimize(loss, global_step=step, name="train_op")
+            tf.compat.v1.global_variables_initializer()
+    return from_graph_def(g.as_graph_def())

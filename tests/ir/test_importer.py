@@ -1,0 +1,120 @@
+"""The IR built from real TF graphs: ops, shapes, variables, train op/loss/inputs, files, errors."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import hand_built, zoo
+from tag_tf.errors import GraphError
+from tag_tf.ir import TensorRef, from_file, from_graph_def, load_graph_file
+
+
+def test_small_graph_structure(small_graph):
+    g = small_graph
+    assert g.meta.train_op == "train_op"
+    assert g.meta.loss == "loss:0"
+    assert g.meta.feeds == ("x:0", "y:0")
+    assert g.meta.batch_size == 8
+    assert g.tensor("MatMul:0").shape == (8, 3)
+    assert g.tensor("loss:0").shape == ()
+    trainable = {v.name for v in g.variables.values() if v.trainable}
+    assert trainable == {"w", "b"}
+    w = g.variables["w"]
+    assert w.kind == "resource" and w.shape == (4, 3) and w.initializer == "w/Assign"
+    assert any(g.op(x).type == "ResourceApplyAdam" for x in w.writers)
+    # Topological order: every input comes before its consumer.
+    pos = {n: i for i, n in enumerate(g.order)}
+    for op in g:
+        for ref in op.inputs:
+            assert pos[ref.op] < pos[op.name]
+        for c in op.control_inputs:
+            assert pos[c] < pos[op.name]
+
+
+def test_ref_variables_and_colocation():
+    g = hand_built(8, resource=False)
+    w = g.variables["w"]
+    assert w.kind == "ref"
+    assert g.tensor("w:0").is_ref
+    assert any(g.op(x).type == "ApplyAdam" for x in w.writers)
+    assert "w" in g.op("w/read").colocate_with
+
+
+def test_shape_override(small_graph):
+    dyn = hand_built(None)
+    assert dyn.meta.batch_size is None and dyn.tensor("MatMul:0").shape == (-1, 3)
+    at5 = from_graph_def(dyn.to_graph_def(), input_shapes={"x:0": (5, 4), "y:0": (5,)})
+    assert at5.tensor("MatMul:0").shape == (5, 3)
+    assert at5.meta.batch_size == 5
+    # A static graph has its batch size folded into constants: overriding it cannot type-check.
+    with pytest.raises(GraphError, match="shape inference failed"):
+        from_graph_def(small_graph.to_graph_def(), input_shapes={"x:0": (5, 4), "y:0": (5,)})
+
+
+def test_fingerprint_is_stable(small_graph):
+    assert small_graph.fingerprint == from_graph_def(small_graph.to_graph_def()).fingerprint
+    assert small_graph.fingerprint != hand_built(7).fingerprint
+
+
+def test_zoo_model_meta_graph_collections():
+    model, graph, _ = zoo("mlp")
+    assert graph.meta.train_op == model.train_op
+    assert graph.meta.loss == TensorRef.parse(model.loss).name
+    assert set(graph.meta.feeds) == {f"{s.name}:0" for s in model.inputs}
+    assert sum(1 for v in graph.variables.values() if v.trainable) > 0
+
+
+@pytest.mark.parametrize("fmt", ["pb", "pbtxt", "meta"])
+def test_graph_files_round_trip(tmp_path, fmt):
+    import tensorflow as tf
+
+    model, graph, _ = zoo("mlp")
+    path = tmp_path / f"g.{fmt}"
+    if fmt == "pb":
+        path.write_bytes(model.graph_def.SerializeToString())
+    elif fmt == "pbtxt":
+        tf.io.write_graph(model.graph_def, str(tmp_path), "g.pbtxt", as_text=True)
+    else:
+        path.write_bytes(model.meta_graph_def.SerializeToString())
+    gd, meta = load_graph_file(str(path))
+    assert len(gd.node) == len(model.graph_def.node)
+    assert (meta is not None) == (fmt == "meta")
+    loaded = from_file(str(path))
+    assert loaded.meta.train_op == graph.meta.train_op
+    assert len(loaded) == len(graph)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(GraphError, match="no such graph file"):
+        load_graph_file(str(tmp_path / "missing.pb"))
+    junk = tmp_path / "junk.pb"
+    junk.write_bytes(b"\x00\x01not a graph")
+    with pytest.raises(GraphError, match="junk.pb"):
+        load_graph_file(str(junk))
+    other = tmp_path / "g.onnx"
+    other.write_bytes(b"x")
+    with pytest.raises(GraphError, match="unknown graph file type"):
+        load_graph_file(str(other))
+
+
+def test_graph_without_train_op(tmp_path):
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 2], name="x")
+        tf.reduce_sum(x * 2.0, name="out")
+    path = tmp_path / "inference.pb"
+    path.write_bytes(g.as_graph_def().SerializeToString())
+    with pytest.raises(GraphError, match="no train op"):
+        from_file(str(path))
+
+
+def test_dangling_input_is_reported():
+    from tensorflow.core.framework import graph_pb2
+
+    gd = graph_pb2.GraphDef()
+    node = gd.node.add()
+    node.name, node.op = "a", "Identity"
+    node.input.append("missing:0")
+    with pytest.raises(GraphError, match="missing"):
+        from_graph_def(gd, require_train_op=False)
