@@ -1,0 +1,107 @@
+"""Profile communication on this machine and fit segmented linear models.
+
+Measures (real TensorFlow runs, see tag_tf/profile/comm.py for the method):
+  * p2p: gRPC transfers between two local tf.distribute.Server processes over 127.0.0.1;
+  * all-reduce: CollectiveReduceV2 over 4 virtual CPU devices in one session;
+  * all-reduce: CollectiveReduceV2 over 2 server processes (gRPC), unless --no-processes;
+sizes from 1 KiB doubling up to --cap (default 64 MiB). Fits a SegmentedLinear model to each series,
+prints a table (measured vs fitted) and writes benchmarks/results/comm_local.json with the sizes,
+medians, raw step/baseline medians, fitted segments, fit errors and the resulting CommModel for the
+`local:4` topology.
+
+Usage: python benchmarks/comm_profile.py [--cap 67108864] [--repeats 5] [--no-processes]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from tag_tf.profile.comm import (  # noqa: E402
+    CommModel, LocalCluster, SegmentedLinear, measure_allreduce, measure_p2p, sizes_up_to)
+from tag_tf.topology.presets import local  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _human(n: int) -> str:
+    for scale, unit in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if n >= scale:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def _series(name: str, samples, record) -> dict:
+    fit = SegmentedLinear.fit(*zip(*samples))
+    print(f"\n{name}: {fit.num_segments} segment(s), relative RMS fit error {fit.error:.1%}")
+    print(f"  {'size':>8}  {'chain':>5}  {'measured':>11}  {'fitted':>11}  {'rel.err':>7}  {'GB/s':>6}")
+    for (nbytes, t), raw in zip(samples, record):
+        pred = fit.predict(nbytes)
+        rel = (pred - t) / t if t > 0 else float("nan")
+        rate = nbytes / t / 1e9 if t > 0 else float("inf")
+        print(f"  {_human(nbytes):>8}  {raw['chain']:>5}  {t * 1e3:>8.3f} ms  {pred * 1e3:>8.3f} ms  "
+              f"{rel:>+7.1%}  {rate:>6.2f}")
+    for start, end, slope, intercept in fit.segments:
+        lo = "-inf" if start == float("-inf") else _human(int(start))
+        hi = "inf" if end == float("inf") else _human(int(end))
+        bw = f"{1 / slope / 1e9:.2f} GB/s" if slope > 0 else "n/a"
+        print(f"  segment [{lo}, {hi}): {intercept * 1e6:.1f} us + bytes / {bw}")
+    return {"sizes": [s for s, _ in samples], "seconds": [t for _, t in samples], "raw": record,
+            "fit": fit.to_dict()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cap", type=int, default=64 << 20, help="largest size in bytes")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--devices", type=int, default=4, help="virtual CPU devices for all-reduce")
+    ap.add_argument("--no-processes", action="store_true", help="skip the 2-process all-reduce")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "comm_local.json"))
+    args = ap.parse_args()
+    sizes = sizes_up_to(args.cap)
+    started = time.time()
+    results: dict = {}
+
+    rec_ar: list = []
+    ar = measure_allreduce(args.devices, sizes, repeats=args.repeats, record=rec_ar)
+    rec_p2p: list = []
+    rec_ar2: list = []
+    with LocalCluster(2) as cluster:
+        p2p = measure_p2p(sizes, repeats=args.repeats, cluster=cluster, record=rec_p2p)
+        if not args.no_processes:
+            ar2 = measure_allreduce(2, sizes, processes=True, repeats=args.repeats,
+                                    cluster=cluster, record=rec_ar2)
+
+    results["p2p_grpc_2proc"] = _series("p2p, gRPC between 2 server processes", p2p, rec_p2p)
+    results[f"allreduce_{args.devices}dev_inproc"] = _series(
+        f"all-reduce, {args.devices} virtual CPU devices in one session", ar, rec_ar)
+    if not args.no_processes:
+        results["allreduce_2proc_grpc"] = _series("all-reduce, 2 server processes (gRPC)", ar2,
+                                                  rec_ar2)
+
+    topo = local(args.devices)
+    model = CommModel.from_measurements(topo, p2p=p2p, allreduce={args.devices: ar})
+    doc = {
+        "benchmark": "comm_profile",
+        "host": {"machine": platform.machine(), "python": platform.python_version(),
+                 "cpus": os.cpu_count()},
+        "repeats": args.repeats,
+        "method": "median of repeats after 1 warm-up, minus the median of a baseline step with the "
+                  "same participants and no transfer, divided by the chain length",
+        "elapsed_s": round(time.time() - started, 1),
+        "series": results,
+        "comm_model_local": model.to_dict(),
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"\nwrote {args.out} ({doc['elapsed_s']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
