@@ -4,13 +4,9 @@ import os
 
 from setuptools import find_packages, setup
 
-try:  # pybind11 comes from pyproject's build requirements
-    from pybind11.setup_helpers import Pybind11Extension, build_ext
-except ImportError:  # pragma: no cover - only without build isolation
-    Pybind11Extension = None
-    build_ext = None
+# pybind11 comes from pyproject's build requirements (and the dev extra, for in-place rebuilds).
+from pybind11.setup_helpers import Pybind11Extension, build_ext
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Exact pins: measured to install together on Python 3.11 (`pip check` clean).
 CORE = [
@@ -30,19 +26,17 @@ CORE = [
 # set TAG_TF_GPU=1 and take the `gpu` extra:  TAG_TF_GPU=1 pip install -e .[gpu]
 TF = [] if os.environ.get("TAG_TF_GPU") == "1" else ["tensorflow-cpu==2.15.1"]
 
-ext_modules = []
-cmdclass = {}
-if Pybind11Extension is not None:
-    ext_modules.append(
-        Pybind11Extension(
-            "tag_tf._simcore",
-            sorted(glob.glob(os.path.join("kernels", "*.cpp"))),
-            include_dirs=["kernels"],
-            cxx_std=17,
-            extra_compile_args=["-O3"],
-        )
+ext_modules = [
+    Pybind11Extension(
+        "tag_tf._simcore",
+        sorted(glob.glob(os.path.join("kernels", "*.cpp"))),
+        include_dirs=["kernels"],
+        depends=sorted(glob.glob(os.path.join("kernels", "*.h"))),   # rebuild when a header changes
+        cxx_std=17,
+        extra_compile_args=["-O3"],
     )
-    cmdclass["build_ext"] = build_ext
+]
+cmdclass = {"build_ext": build_ext}
 
 setup(
     name="tag_tf",
@@ -54,7 +48,7 @@ setup(
     install_requires=CORE + TF,
     extras_require={
         "gpu": ["tensorflow[and-cuda]==2.15.1"],
-        "dev": ["pytest==9.2.0", "pytest-timeout==2.4.0"],
+        "dev": ["pytest==9.2.0", "pytest-timeout==2.4.0", "pybind11==3.1.0"],
     },
     ext_modules=ext_modules,
     cmdclass=cmdclass,

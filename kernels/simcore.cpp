@@ -138,6 +138,22 @@ PYBIND11_MODULE(_simcore, m) {
           GRAPH_ARGS, py::arg("check") = true,
           "Simulate; True if every task ran, False if some never became ready (cycle). check=False skips "
           "the O(n) validation (only for graphs already validated).")
+      .def(
+          "copy_times",
+          [](const tag_sim::Engine& e, py::array_t<double, py::array::c_style> out) {
+            const auto n = static_cast<py::ssize_t>(e.start().size());
+            if (out.ndim() != 2 || out.shape(0) != 4 || out.shape(1) != n)
+              throw std::invalid_argument("copy_times: expected a writable C-contiguous float64 array of shape (4, " +
+                                          std::to_string(n) + ")");
+            double* dst = out.mutable_data();
+            for (const auto* v : {&e.start(), &e.end(), &e.ready(), &e.free_time()}) {
+              std::copy(v->begin(), v->end(), dst);
+              dst += n;
+            }
+          },
+          py::arg("out").noconvert(),
+          "Copy start, end, ready, free_time of the last run into the rows of `out` (shape (4, n)): lets "
+          "the caller reuse one block instead of faulting in fresh pages every run.")
       .def("start", [](const tag_sim::Engine& e) { return to_numpy(e.start()); })
       .def("end", [](const tag_sim::Engine& e) { return to_numpy(e.end()); })
       .def("ready", [](const tag_sim::Engine& e) { return to_numpy(e.ready()); })

@@ -97,8 +97,9 @@ class OpView:
         return split(tb.axis, tb.mult)
 
     def global_state(self, i: int) -> State:
-        """The requirement that turns input i into its original (global) value."""
-        if self.classes[i] in (BATCH, LOC) and self.in_batch[i].batched:
+        """The requirement that turns input i into its original (global) value: its shard when it
+        has a batch dim (whatever its state now), else the whole value."""
+        if self.in_batch[i].batched and not self.in_batch[i].irregular:
             return self.batch_state(i)
         return FULL
 
@@ -213,6 +214,10 @@ def linear_partial(v: OpView, linear_in: tuple[int, ...] | None = None) -> OpAnn
     positions = tuple(range(len(v.ins))) if linear_in is None else linear_in
     positions = tuple(i for i in positions if i < len(v.ins))
     if not positions or not all(v.classes[i] == PART for i in positions):
+        return None
+    if any(tb.batched for tb in v.out_batch):
+        # E.g. Tile(d_mean, [B, ...]) in a mean's gradient: aggregate the small partial first,
+        # then broadcast it per replica (rule_generator), rather than summing a batch-sized tensor.
         return None
     requires = []
     for i, cls in enumerate(v.classes):
@@ -573,13 +578,13 @@ def rule_generator(v: OpView) -> OpAnnotation | None:
             if v.batch_state(i).axis != out.axis or v.batch_state(i).mult != out.mult:
                 return None
         return per_sample(v, "broadcast-per-sample")
-    if any(v.classes[i] != PLAIN for i in data):
+    if any(v.classes[i] not in (PLAIN, PART) for i in data):
         return None
     if v.type == "Tile":
         shape = v.in_shape(0)
         if shape is None or out.axis >= len(shape) or shape[out.axis] not in (1, out.mult):
             return None
-    requires = [LOCAL if c == LOC else FULL for c in v.classes]
+    requires = [LOCAL if c == LOC else FULL for c in v.classes]     # partial sums aggregated first
     return annotate(Category.CONCAT, [out], requires, "broadcast-rows")
 
 

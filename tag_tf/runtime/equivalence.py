@@ -76,10 +76,18 @@ def noise_variables(grad_max: Mapping[str, float]) -> tuple[str, ...]:
     return tuple(sorted(v for v, g in grad_max.items() if g <= NOISE_RATIO * top))
 
 
-def run_original(analysis: Analysis, feeds: Feeds, steps: int, *, timeout_ms: int = 60_000
-                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[float], dict[str, float]]:
-    """(initial values, final values, losses, largest |gradient| per trainable variable) of the
-    original graph on one device."""
+@dataclasses.dataclass(frozen=True)
+class OriginalRun:
+    """The reference: the original graph trained on one device."""
+
+    initial: Mapping[str, np.ndarray]
+    final: Mapping[str, np.ndarray]
+    losses: tuple[float, ...]
+    grad_max: Mapping[str, float]     # largest |gradient| seen per trainable variable
+    steps: int
+
+
+def run_original(analysis: Analysis, feeds: Feeds, steps: int, *, timeout_ms: int = 60_000) -> OriginalRun:
     import tensorflow as tf
 
     ir = analysis.graph
@@ -102,7 +110,7 @@ def run_original(analysis: Analysis, feeds: Feeds, steps: int, *, timeout_ms: in
             for (v, _), value in zip(grad_list, out[1]):
                 grad_max[v] = max(grad_max[v], float(np.max(np.abs(value))) if np.size(value) else 0.0)
         final = io.read(sess)
-    return initial, final, losses, grad_max
+    return OriginalRun(initial, final, tuple(losses), grad_max, steps)
 
 
 def run_compiled(analysis: Analysis, compiled: Compiled, initial: Mapping[str, np.ndarray], feeds: Feeds,
@@ -138,12 +146,15 @@ def run_compiled(analysis: Analysis, compiled: Compiled, initial: Mapping[str, n
 
 
 def check_equivalence(analysis: Analysis, compiled: Compiled, feeds: Feeds, steps: int, *,
-                      target: str = "", config: Any = None, tolerance: float = 1e-4) -> EquivalenceResult:
-    initial, final_a, losses_a, grad_max = run_original(analysis, feeds, steps)
-    final_b, spread, losses_b = run_compiled(analysis, compiled, initial, feeds, steps, target=target,
-                                             config=config)
-    noise = noise_variables(grad_max)
+                      target: str = "", config: Any = None, tolerance: float = 1e-4,
+                      original: OriginalRun | None = None) -> EquivalenceResult:
+    """`original` (same feeds and steps) may be passed to compare many strategies to one run."""
+    if original is None or original.steps != steps:
+        original = run_original(analysis, feeds, steps)
+    final_b, spread, losses_b = run_compiled(analysis, compiled, original.initial, feeds, steps,
+                                             target=target, config=config)
+    noise = noise_variables(original.grad_max)
     trainable = [v.name for v in analysis.graph.variables.values() if v.trainable and v.name not in noise]
-    worst, per = max_rel_diff(final_a, final_b, trainable)
-    return EquivalenceResult(worst, per, steps, len(compiled.devices), tuple(losses_a), tuple(losses_b),
+    worst, per = max_rel_diff(original.final, final_b, trainable)
+    return EquivalenceResult(worst, per, steps, len(compiled.devices), original.losses, tuple(losses_b),
                              spread, tolerance, noise)

@@ -1,0 +1,69 @@
+"""The analyzer on every zoo model (tiny sizes; tf-slim nets keep their real structure)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import analysis_of
+from tag_tf.analysis.grouping import colocation_pairs
+from tag_tf.analysis.simplify import training_ops
+from tag_tf.analysis.states import Kind
+from tag_tf.models import MODEL_NAMES
+
+
+@pytest.fixture(scope="module", params=MODEL_NAMES)
+def analysed(request):
+    return analysis_of(request.param)
+
+
+def test_every_training_op_is_classified(analysed):
+    _, a = analysed
+    assert a.unclassified() == []
+    report = a.report()
+    assert sum(report["categories"].values()) == report["training_ops"]
+    assert report["categories"]["concat"] > 0 and report["categories"]["sum"] > 0
+
+
+def test_shapes_at_two_batch_sizes_agree_with_annotations(analysed):
+    """A split tensor has k*B rows along its axis at both batch sizes; a partial sum and anything
+    required whole-and-batch-free has the same shape at both."""
+    _, a = analysed
+    b1, b2 = a.batch.b1, a.batch.b2
+    g1, g2 = a.graph_b1, a.graph_b2
+    checked = 0
+    for name in training_ops(a.graph):
+        ann = a.annotations[name]
+        op1, op2 = g1.op(name), g2.op(name)
+        for state, t1, t2 in zip(ann.outputs, op1.outputs, op2.outputs):
+            if state.kind is Kind.SPLIT:
+                assert t1.shape[state.axis] == state.mult * b1, name
+                assert t2.shape[state.axis] == state.mult * b2, name
+                checked += 1
+            elif state.kind is Kind.PARTIAL:
+                assert t1.shape == t2.shape, name
+                checked += 1
+        for state, ref in zip(ann.requires, op1.inputs):
+            if state.kind is Kind.SPLIT:
+                assert g1.tensor(ref).shape[state.axis] == state.mult * b1, (name, ref)
+                assert g2.tensor(ref).shape[state.axis] == state.mult * b2, (name, ref)
+    assert checked > 10
+
+
+def test_groups_respect_colocation_and_limit(analysed):
+    _, a = analysed
+    train = training_ops(a.graph)
+    assert 1 <= len(a.grouping.groups) <= 60
+    for x, y in colocation_pairs(a.graph, sorted(train)):
+        assert a.grouping.group_of[x] == a.grouping.group_of[y], (x, y)
+    # Variables, their optimizer updates and slots share a group.
+    for var in a.graph.variables.values():
+        if var.name in train:
+            for writer in var.writers:
+                if writer in train:
+                    assert a.grouping.group_of[writer] == a.grouping.group_of[var.name]
+    assert set(a.grouping.group_of) >= train
+    assert a.grouping.balance >= 1.0
+
+
+def test_group_count_option():
+    _, a = analysis_of("cnn", num_groups=4)
+    assert len(a.grouping.groups) <= 4

@@ -1,0 +1,145 @@
+"""Every compiler feature trains K steps both ways and compares parameters (max_rel_diff <= 1e-4)."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from conftest import analysis_of, batches
+from tag_tf.compiler import DeviceMap, compile_strategy
+from tag_tf.context import PassContext
+from tag_tf.runtime.equivalence import check_equivalence, run_original
+from tag_tf.search.baselines import random_strategy
+from tag_tf.strategy import Option, Strategy
+
+STEPS = 3
+
+
+@functools.lru_cache(maxsize=None)
+def reference(name: str, **kw):
+    model, a = analysis_of(name, **kw)
+    feeds = batches(model, STEPS)
+    return model, a, feeds, run_original(a, feeds, STEPS)
+
+
+def verify(name: str, strategy: Strategy, devices: int, tolerance: float = 1e-4, **kw):
+    _, a, feeds, original = reference(name, **kw)
+    compiled = compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(devices), check=True)
+    result = check_equivalence(a, compiled, feeds, STEPS, tolerance=tolerance, original=original)
+    assert result.ok, (result.max_rel_diff, sorted(result.per_variable.items(), key=lambda kv: -kv[1])[:3])
+    assert result.copies_max_diff == 0.0 or result.copies_max_diff < 1e-6
+    np.testing.assert_allclose(result.losses_compiled, result.losses_original, rtol=1e-4)
+    return compiled, result
+
+
+@pytest.mark.parametrize("option", list(Option))
+def test_each_option_alone_with_uneven_shares(option):
+    _, a = analysis_of("mlp")
+    strategy = Strategy.uniform(len(a.grouping.groups), (0, 1, 2), option, shares=(1.0, 2.0, 3.0))
+    compiled, _ = verify("mlp", strategy, 3)
+    if option is Option.ALLREDUCE:
+        assert compiled.stats["allreduce"] > 0 and compiled.stats["split"] > 0
+    if option is Option.PS:
+        assert compiled.stats["allreduce"] == 0 and compiled.stats["addn"] > 0
+
+
+# >= 20 seeded random mixed strategies across four models, on 2-4 virtual devices.
+RANDOM_CASES = [("mlp", s, 4) for s in range(6)] + [("cnn", s, 3) for s in range(6)] + \
+               [("transformer", s, 4) for s in range(4)] + [("bert-small", s, 2 + s % 3) for s in range(4)]
+
+
+@pytest.mark.parametrize("name, seed, devices", RANDOM_CASES)
+def test_random_mixed_strategies(name, seed, devices):
+    _, a = analysis_of(name)
+    strategy = random_strategy(len(a.grouping.groups), devices, np.random.default_rng(seed))
+    verify(name, strategy, devices)
+
+
+def test_dynamic_batch_with_uneven_shares():
+    _, a = analysis_of("mlp", dynamic_batch=True)
+    assert a.dynamic_batch
+    strategy = random_strategy(len(a.grouping.groups), 3, np.random.default_rng(7))
+    verify("mlp", strategy, 3, dynamic_batch=True)
+    dp = Strategy.uniform(len(a.grouping.groups), (0, 1, 2), Option.ALLREDUCE, shares=(3.0, 1.0, 1.0))
+    verify("mlp", dp, 3, dynamic_batch=True)
+
+
+def test_ref_variables():
+    _, a = analysis_of("mlp", resource_variables=False)
+    assert all(v.kind == "ref" for v in a.graph.variables.values())
+    for seed in range(2):
+        verify("mlp", random_strategy(len(a.grouping.groups), 3, np.random.default_rng(seed)), 3,
+               resource_variables=False)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adagrad", "rmsprop", "adadelta", "ftrl"])
+def test_tf1_optimizers(optimizer):
+    _, a = analysis_of("mlp", optimizer=optimizer)
+    verify("mlp", random_strategy(len(a.grouping.groups), 3, np.random.default_rng(1)), 3, optimizer=optimizer)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [("float64", 1e-9), ("float16", 2e-2)])
+def test_other_dtypes(dtype, tolerance):
+    _, a = analysis_of("mlp", dtype=dtype)
+    verify("mlp", random_strategy(len(a.grouping.groups), 3, np.random.default_rng(2)), 3, tolerance=tolerance,
+           dtype=dtype)
+
+
+def test_sparse_embedding_updates():
+    """TF1 Adam's sparse path (Unique + UnsortedSegmentSum + ResourceScatterAdd) on embeddings."""
+    _, a = analysis_of("bert-small", sparse_grads=True)
+    assert any(op.type == "ResourceScatterAdd" for op in a.graph)
+    for seed in range(2):
+        verify("bert-small", random_strategy(len(a.grouping.groups), 3, np.random.default_rng(seed)), 3,
+               sparse_grads=True)
+
+
+def test_decomposed_batch_norm_is_exact_with_control_dependencies():
+    """tf.nn.moments BatchNorm: its statistics are Means over the batch, which the compiler keeps
+    exact (partial sums), and its moving averages run through UPDATE_OPS control dependencies."""
+    _, a = analysis_of("cnn", batch_norm=True)
+    strategy = Strategy.uniform(len(a.grouping.groups), (0, 1, 2), Option.ALLREDUCE, shares=(1.0, 1.0, 2.0))
+    verify("cnn", strategy, 3, batch_norm=True)
+    verify("cnn", random_strategy(len(a.grouping.groups), 3, np.random.default_rng(3)), 3, batch_norm=True)
+
+
+def fused_bn_net(batch: int):
+    """A conv net with FusedBatchNormV3 in training mode (what tf-slim nets use)."""
+    import tensorflow as tf
+
+    from tag_tf.ir import from_graph_def
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [batch, 6, 6, 2], name="x")
+        y = tf.compat.v1.placeholder(tf.int32, [batch], name="y")
+        k = tf.compat.v1.get_variable("k", [3, 3, 2, 4], use_resource=True)
+        gamma = tf.compat.v1.get_variable("gamma", [4], initializer=tf.ones_initializer(), use_resource=True)
+        beta = tf.compat.v1.get_variable("beta", [4], initializer=tf.zeros_initializer(), use_resource=True)
+        h, _, _ = tf.compat.v1.nn.fused_batch_norm(tf.nn.conv2d(x, k, 1, "SAME"), gamma, beta, is_training=True)
+        w = tf.compat.v1.get_variable("w", [6 * 6 * 4, 3], use_resource=True)
+        logits = tf.matmul(tf.reshape(tf.nn.relu(h), [batch, -1]), w)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="loss")
+        tf.compat.v1.train.AdamOptimizer(0.01).minimize(loss, name="train_op")
+    return from_graph_def(g.as_graph_def())
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_fused_batch_norm_statistics(exact):
+    from tag_tf.analysis import analyze
+    from tag_tf.context import Options
+
+    a = analyze(PassContext(Options(exact_batch_stats=exact)), fused_bn_net(8), rebuild=fused_bn_net)
+    rng = np.random.default_rng(0)
+    data = [{"x:0": rng.normal(size=(8, 6, 6, 2)).astype(np.float32),
+             "y:0": rng.integers(0, 3, size=8).astype(np.int32)} for _ in range(STEPS)]
+    strategy = Strategy.uniform(len(a.grouping.groups), (0, 1), Option.ALLREDUCE)
+    compiled = compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(2), check=True)
+    result = check_equivalence(a, compiled, lambda s: data[s], STEPS)
+    assert np.all(np.isfinite(result.losses_compiled))
+    if exact:       # synchronised statistics: the same numbers as one device
+        assert result.ok, result.max_rel_diff
+    else:           # per-replica statistics (MirroredStrategy/Horovod convention): close, not equal
+        assert result.max_rel_diff > 1e-6
+        assert result.copies_max_diff < 1e-5      # replicas still apply the same averaged gradient
