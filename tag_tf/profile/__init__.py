@@ -1,0 +1,1 @@
+"""Op-time profiling, the analytical GPU cost model, communication models and the profile database."""
