@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine.h"
+#include "expand.h"
 
 namespace py = pybind11;
 
@@ -92,11 +93,230 @@ py::array_t<T> to_numpy(const std::vector<T>& v) {
         capacity_bytes, num_resources                                                                   \
   }
 
+// -------------------------------------------------------------------------------------------
+// Strategy simulation: a prepared graph (dict of arrays, built once) + an expander + an engine.
+template <typename T>
+std::vector<T> vec(const py::dict& d, const char* key) {
+  if (!d.contains(key)) throw std::invalid_argument(std::string("prepared graph: missing '") + key + "'");
+  auto a = py::cast<Arr<T>>(d[key]);
+  return std::vector<T>(a.data(), a.data() + a.size());
+}
+
+tag_sim::Piecewise piecewise(const py::dict& d, const char* key) {
+  tag_sim::Piecewise f;
+  if (!d.contains(key) || d[key].is_none()) return f;
+  auto seg = py::cast<py::dict>(d[key]);
+  f.breaks = vec<double>(seg, "breaks");
+  f.slope = vec<double>(seg, "slope");
+  f.intercept = vec<double>(seg, "intercept");
+  if (f.breaks.size() != f.slope.size() || f.slope.size() != f.intercept.size() || f.slope.empty())
+    throw std::invalid_argument(std::string("prepared graph: bad piecewise model '") + key + "'");
+  return f;
+}
+
+class Simulator {
+ public:
+  explicit Simulator(const py::dict& d) : expander_(p_) {
+    p_.num_ops = py::cast<int32_t>(d["num_ops"]);
+    p_.num_groups = py::cast<int32_t>(d["num_groups"]);
+    p_.num_devices = py::cast<int32_t>(d["num_devices"]);
+    p_.num_types = py::cast<int32_t>(d["num_types"]);
+    p_.batch = py::cast<int32_t>(d["batch"]);
+    p_.num_links = py::cast<int32_t>(d["num_links"]);
+    p_.op_group = vec<int32_t>(d, "op_group");
+    p_.op_coloc = vec<int32_t>(d, "op_coloc");
+    p_.op_flags = vec<uint8_t>(d, "op_flags");
+    p_.op_fixed = vec<double>(d, "op_fixed");
+    p_.op_per_sample = vec<double>(d, "op_per_sample");
+    p_.op_out_fixed = vec<int64_t>(d, "op_out_fixed");
+    p_.op_out_batched = vec<int64_t>(d, "op_out_batched");
+    p_.op_persist = vec<int64_t>(d, "op_persist");
+    p_.e_src = vec<int32_t>(d, "e_src");
+    p_.e_dst = vec<int32_t>(d, "e_dst");
+    p_.e_tensor = vec<int32_t>(d, "e_tensor");
+    p_.e_bytes = vec<int64_t>(d, "e_bytes");
+    p_.e_state = vec<uint8_t>(d, "e_state");
+    p_.e_need = vec<uint8_t>(d, "e_need");
+    p_.c_src = vec<int32_t>(d, "c_src");
+    p_.c_dst = vec<int32_t>(d, "c_dst");
+    p_.dev_type = vec<int32_t>(d, "dev_type");
+    p_.dev_machine = vec<int32_t>(d, "dev_machine");
+    p_.dev_capacity = vec<int64_t>(d, "dev_capacity");
+    p_.type_mem_bw = vec<double>(d, "type_mem_bw");
+    p_.type_launch = vec<double>(d, "type_launch");
+    p_.link_res_ptr = vec<int32_t>(d, "link_res_ptr");
+    p_.link_res = vec<int32_t>(d, "link_res");
+    p_.link_bw = vec<double>(d, "link_bw");
+    p_.link_lat = vec<double>(d, "link_lat");
+    p_.p2p_intra = piecewise(d, "p2p_intra");
+    p_.p2p_inter = piecewise(d, "p2p_inter");
+    for (auto [key, fits] : {std::pair{"allreduce_intra", &p_.allreduce_intra},
+                             std::pair{"allreduce_inter", &p_.allreduce_inter}}) {
+      if (!d.contains(key)) continue;
+      for (auto item : py::cast<py::list>(d[key])) {   // index = device count; None = not fitted
+        py::dict one;
+        if (!item.is_none()) one["m"] = item;
+        fits->push_back(piecewise(one, "m"));
+      }
+    }
+    check();
+  }
+
+  // Expand and simulate one strategy. Returns a dict (see tag_tf/sim/simulator.py).
+  py::dict run(Arr<int32_t> grp_ptr, Arr<int32_t> grp_devs, Arr<uint8_t> grp_option, py::object shares,
+               py::object mp_part, bool with_tasks) {
+    if (grp_ptr.size() != p_.num_groups + 1 || grp_option.size() != p_.num_groups)
+      throw std::invalid_argument("strategy: expected one device list and option per group");
+    if (grp_ptr.data()[p_.num_groups] != grp_devs.size() || grp_ptr.data()[0] != 0)
+      throw std::invalid_argument("strategy: grp_ptr does not match grp_devs");
+    std::vector<double> sh;
+    std::vector<int32_t> mp;
+    tag_sim::StrategyView s;
+    s.grp_ptr = grp_ptr.data();
+    s.grp_devs = grp_devs.data();
+    s.grp_option = grp_option.data();
+    if (!shares.is_none()) {
+      auto a = py::cast<Arr<double>>(shares);
+      if (a.size() != p_.num_devices) throw std::invalid_argument("strategy: one share per device");
+      sh.assign(a.data(), a.data() + a.size());
+      s.shares = sh.data();
+    }
+    if (!mp_part.is_none()) {
+      auto a = py::cast<Arr<int32_t>>(mp_part);
+      if (a.size() != p_.num_ops) throw std::invalid_argument("strategy: mp_part needs one entry per op");
+      mp.assign(a.data(), a.data() + a.size());
+      s.mp_part = mp.data();
+    }
+    std::string err;
+    tag_sim::Status status = tag_sim::Status::kOk;
+    {
+      py::gil_scoped_release nogil;
+      err = expander_.expand(s, graph_, &meta_);
+      if (err.empty()) status = engine_.run(graph_.view());
+    }
+    if (!err.empty()) throw py::value_error(err);
+    if (status != tag_sim::Status::kOk) throw std::runtime_error("internal: expanded task graph has a cycle");
+    return summary(with_tasks);
+  }
+
+ private:
+  tag_sim::Prepared p_;
+  tag_sim::Expander expander_;
+  tag_sim::Engine engine_;
+  tag_sim::TaskGraph graph_;
+  tag_sim::TaskMeta meta_;
+
+  void check() const {
+    const size_t N = p_.num_ops, D = p_.num_devices, T = p_.num_types;
+    auto need = [](bool ok, const char* what) {
+      if (!ok) throw std::invalid_argument(std::string("prepared graph: ") + what);
+    };
+    need(p_.op_group.size() == N && p_.op_coloc.size() == N && p_.op_flags.size() == N, "op arrays length");
+    need(p_.op_fixed.size() == T * N && p_.op_per_sample.size() == T * N, "op cost arrays must be [types * ops]");
+    need(p_.op_out_fixed.size() == N && p_.op_out_batched.size() == N && p_.op_persist.size() == N, "op byte arrays");
+    const size_t E = p_.e_src.size();
+    need(p_.e_dst.size() == E && p_.e_tensor.size() == E && p_.e_bytes.size() == E && p_.e_state.size() == E &&
+             p_.e_need.size() == E, "edge arrays length");
+    need(p_.c_dst.size() == p_.c_src.size(), "control edge arrays length");
+    need(p_.dev_type.size() == D && p_.dev_machine.size() == D && p_.dev_capacity.size() == D, "device arrays");
+    need(p_.type_mem_bw.size() == T && p_.type_launch.size() == T, "device type arrays");
+    need(p_.link_res_ptr.size() == D * D + 1 && p_.link_bw.size() == D * D && p_.link_lat.size() == D * D, "link arrays");
+    for (int32_t g : p_.op_group) need(g >= 0 && g < p_.num_groups, "op_group out of range");
+    for (size_t e = 0; e < E; ++e)
+      need(p_.e_src[e] >= 0 && p_.e_src[e] < p_.num_ops && p_.e_dst[e] >= 0 && p_.e_dst[e] < p_.num_ops,
+           "edge endpoint out of range");
+    for (size_t k = 0; k < p_.c_src.size(); ++k)
+      need(p_.c_src[k] >= 0 && p_.c_src[k] < p_.num_ops && p_.c_dst[k] >= 0 && p_.c_dst[k] < p_.num_ops,
+           "control edge endpoint out of range");
+    for (int32_t t : p_.dev_type) need(t >= 0 && t < p_.num_types, "dev_type out of range");
+    for (int32_t r : p_.link_res) need(r >= 0 && r < p_.num_links, "link resource out of range");
+    for (double b : p_.link_bw) need(b > 0, "link bandwidth must be positive");
+    for (double b : p_.type_mem_bw) need(b > 0, "memory bandwidth must be positive");
+  }
+
+  py::dict summary(bool with_tasks) const {
+    const int32_t G = p_.num_groups;
+    const size_t n = graph_.duration.size();
+    const auto& start = engine_.start();
+    const auto& end = engine_.end();
+    // Runtime-feedback features per op group: span of its compute tasks, and the mean wait between
+    // an output becoming ready and its transfer starting.
+    std::vector<double> gstart(G, INFINITY), gend(G, 0.0), gwait(G, 0.0), gbusy(G, 0.0);
+    std::vector<int32_t> gsent(G, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t op = meta_.op[i];
+      if (op < 0) continue;
+      const int32_t g = p_.op_group[op];
+      if (meta_.kind[i] == tag_sim::kCompute) {
+        gstart[g] = std::min(gstart[g], start[i]);
+        gend[g] = std::max(gend[g], end[i]);
+        gbusy[g] += graph_.duration[i];
+      } else if (meta_.kind[i] == tag_sim::kTransfer && meta_.src[i] >= 0 &&
+                 meta_.kind[meta_.src[i]] == tag_sim::kCompute) {
+        gwait[g] += start[i] - end[meta_.src[i]];
+        gsent[g] += 1;
+      }
+    }
+    for (int32_t g = 0; g < G; ++g) {
+      if (gsent[g]) gwait[g] /= gsent[g];
+      if (!std::isfinite(gstart[g])) gstart[g] = 0.0;
+    }
+    py::dict out;
+    out["makespan"] = engine_.makespan();
+    out["num_tasks"] = static_cast<int64_t>(n);
+    out["peak_bytes"] = to_numpy(engine_.peak_bytes());
+    out["persistent_bytes"] = to_numpy(graph_.persistent_bytes);
+    std::vector<uint8_t> oom(engine_.oom());
+    out["oom"] = to_numpy(oom);
+    out["busy"] = to_numpy(engine_.busy());
+    out["group_start"] = to_numpy(gstart);
+    out["group_end"] = to_numpy(gend);
+    out["group_busy"] = to_numpy(gbusy);
+    out["group_out_wait"] = to_numpy(gwait);
+    py::dict conv;
+    conv["split"] = expander_.num_splits;
+    conv["concat"] = expander_.num_concats;
+    conv["addn"] = expander_.num_addns;
+    conv["allreduce"] = expander_.num_allreduces;
+    conv["transfer"] = expander_.num_transfers;
+    conv["zeros"] = expander_.num_zeros;
+    out["conversions"] = conv;
+    std::vector<int32_t> op_layout_size(p_.num_ops);
+    for (int32_t op = 0; op < p_.num_ops; ++op) op_layout_size[op] = expander_.layout(expander_.layout_of(op)).size();
+    out["op_instances"] = to_numpy(op_layout_size);
+    if (with_tasks) {
+      out["duration"] = to_numpy(graph_.duration);
+      out["start"] = to_numpy(start);
+      out["end"] = to_numpy(end);
+      out["res_ptr"] = to_numpy(graph_.res_ptr);
+      out["res"] = to_numpy(graph_.res);
+      out["succ_ptr"] = to_numpy(graph_.succ_ptr);
+      out["succ"] = to_numpy(graph_.succ);
+      out["succ_data"] = to_numpy(graph_.succ_data);
+      out["mem_device"] = to_numpy(graph_.mem_device);
+      out["mem_bytes"] = to_numpy(graph_.mem_bytes);
+      out["capacity_bytes"] = to_numpy(graph_.capacity_bytes);
+      out["kind"] = to_numpy(meta_.kind);
+      out["op"] = to_numpy(meta_.op);
+      out["device"] = to_numpy(meta_.device);
+      out["src"] = to_numpy(meta_.src);
+      out["num_resources"] = graph_.num_resources;
+    }
+    return out;
+  }
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_simcore, m) {
   m.doc() = "tag_tf native simulator core (discrete-event engine, see kernels/engine.h)";
-  m.attr("ABI_VERSION") = 2;
+  m.attr("ABI_VERSION") = 3;
+
+  py::class_<Simulator>(m, "Simulator", "A prepared graph + topology: expand and simulate strategies.")
+      .def(py::init<const py::dict&>(), py::arg("prepared"))
+      .def("run", &Simulator::run, py::arg("grp_ptr").noconvert(), py::arg("grp_devs").noconvert(),
+           py::arg("grp_option").noconvert(), py::arg("shares"), py::arg("mp_part"), py::arg("with_tasks") = false,
+           "Expand a strategy into tasks and simulate one iteration; returns a summary dict.");
 
   m.def(
       "validate",

@@ -51,6 +51,7 @@ def training_ops(graph: Graph) -> set[str]:
 def simplify(graph: Graph) -> PlanningGraph:
     """`graph` should carry static shapes (the planning batch size) so edge sizes are known."""
     train = training_ops(graph)
+    position = {n: i for i, n in enumerate(graph.order)}
     host: dict[str, str] = {}
     folded = {"identity": 0, "noop": 0, "const": 0, "dangling": len(graph) - len(train)}
     deferred: list[str] = []
@@ -61,7 +62,9 @@ def simplify(graph: Graph) -> PlanningGraph:
             host[op.name] = host.get(op.inputs[0].op, op.inputs[0].op)
             folded["identity"] += 1
         elif op.type == "NoOp" and op.control_inputs and op.name != graph.meta.train_op:
-            host[op.name] = host.get(op.control_inputs[0], op.control_inputs[0])
+            # The last of the ops it waits for: the others all come before it, so no cycle forms.
+            last = max(op.control_inputs, key=position.__getitem__)
+            host[op.name] = host.get(last, last)
             folded["noop"] += 1
         elif op.type in _FOLD_INTO_CONSUMER or (op.type == "NoOp" and op.name != graph.meta.train_op):
             deferred.append(op.name)

@@ -50,6 +50,7 @@ def compile_strategy(ctx: PassContext, analysis: Analysis, strategy: Strategy, d
     with ctx.timer("compile/build"):
         builder = GraphBuilder(analysis, placement, devices)
         builder.emit_all()
+        graph_counts = dict(builder.counts)     # conversions of the graph itself, before fetch adapters
         wanted_tensors = list(dict.fromkeys([*(t for t in [graph.meta.loss] if t), *fetches]))
         wanted_ops = list(dict.fromkeys([*(o for o in [graph.meta.train_op] if o), *run_ops]))
         fetch_map = {TensorRef.parse(t).name: builder.fetch_tensor(t) for t in wanted_tensors}
@@ -61,7 +62,8 @@ def compile_strategy(ctx: PassContext, analysis: Analysis, strategy: Strategy, d
     if graph.library is not None:
         gd.library.CopyFrom(graph.library)
     variables = {v: tuple(builder.instances[v]) for v in graph.variables}
-    stats = dict(builder.counts, ops=len(gd.node), original_ops=len(graph))
+    stats = dict(graph_counts, ops=len(gd.node), original_ops=len(graph),
+                 fetch_adapters=sum(builder.counts.values()) - sum(graph_counts.values()))
     result = Compiled(gd, types.MappingProxyType(fetch_map), types.MappingProxyType(op_map),
                       types.MappingProxyType(variables), placement, devices, types.MappingProxyType(stats),
                       builder)

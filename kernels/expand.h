@@ -1,0 +1,590 @@
+// Strategy expansion: (prepared graph, strategy) -> task graph for the engine (engine.h).
+//
+// This is the simulator's mirror of tag_tf/compiler/builder.py. The compiler emits op instances per
+// layout and inserts a conversion wherever a producer's state differs from what the consumer needs;
+// the expander emits the same instances as compute tasks and the same conversions as tasks:
+//
+//   need \ have  split (same shards)  split (other)       partial             full               local
+//   split        direct               Concat, SplitV      -                   SplitV at source    free
+//   partial      direct (same devs)   -                   -                   replica 0, zeros elsewhere
+//   full         Concat               Concat              AllReduce or AddN   copy (transfer)     free
+//   local        direct (same shards) free                -                   free
+//
+// LOCAL values (shapes, row offsets) are small integer computations the compiler recomputes per
+// layout: they are modelled as free. Transfers are memoised per (source task, device) like TF's
+// Send/Recv pairs, conversions per tensor like the compiler's memo table, and collectives are
+// chained per device in creation order (the compiler adds those control edges so every member of
+// a ring issues them in the same order).
+//
+// Resources: [0, D) device compute queues, [D, 2D) per-device collective streams, [2D, 2D+L) links.
+// Memory pools: one per device.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine.h"
+
+namespace tag_sim {
+
+enum : uint8_t { kFull = 0, kSplit = 1, kPartial = 2, kLocal = 3 };              // tensor states
+enum : uint8_t { kAllReduce = 0, kPS = 1, kDuplicate = 2, kModelParallel = 3 };  // group options
+enum : uint8_t { kSingle = 0, kReplicated = 1, kDuplicated = 2 };                // layout modes
+enum : uint8_t { kSource = 1, kVariableSide = 2 };                               // op flags
+enum : uint8_t { kCompute = 0, kTransfer = 1, kSplitTask = 2, kConcat = 3, kAddN = 4, kCollective = 5,
+                 kZeros = 6 };                                                    // task kinds
+
+// Piecewise-linear time model t(bytes) (fitted communication profiles); empty = not fitted.
+struct Piecewise {
+  std::vector<double> breaks;      // segment k covers [breaks[k], breaks[k+1]); breaks[0] = 0
+  std::vector<double> slope, intercept;
+  bool empty() const { return slope.empty(); }
+  double operator()(double bytes) const {
+    size_t k = static_cast<size_t>(std::upper_bound(breaks.begin(), breaks.end(), bytes) - breaks.begin());
+    k = k == 0 ? 0 : std::min(k - 1, slope.size() - 1);
+    return std::max(0.0, intercept[k] + slope[k] * bytes);
+  }
+};
+
+// Everything that depends only on the graph, costs and topology: built once, reused per strategy.
+struct Prepared {
+  int32_t num_ops = 0, num_groups = 0, num_devices = 0, num_types = 0, batch = 1;
+  // Planned ops.
+  std::vector<int32_t> op_group, op_coloc;     // group; colocation set id (PS: one server per set)
+  std::vector<uint8_t> op_flags;
+  std::vector<double> op_fixed, op_per_sample;  // [type * num_ops + op], seconds
+  std::vector<int64_t> op_out_fixed, op_out_batched, op_persist;
+  // Data edges: one per (tensor, consuming planned op).
+  std::vector<int32_t> e_src, e_dst, e_tensor;
+  std::vector<int64_t> e_bytes;                 // whole tensor at the planning batch size
+  std::vector<uint8_t> e_state, e_need;         // producer state / consumer requirement (replicated)
+  // Control edges between planned ops.
+  std::vector<int32_t> c_src, c_dst;
+  // Devices and links.
+  std::vector<int32_t> dev_type, dev_machine;
+  std::vector<int64_t> dev_capacity;
+  std::vector<double> type_mem_bw, type_launch;          // per device type: memcpy-like op costs
+  std::vector<int32_t> link_res_ptr, link_res;           // CSR over D*D ordered pairs (ids from 0)
+  std::vector<double> link_bw, link_lat;                 // [D*D] bytes/s, seconds
+  int32_t num_links = 0;
+  Piecewise p2p_intra, p2p_inter;                        // fitted transfer models (optional)
+  std::vector<Piecewise> allreduce_intra, allreduce_inter;  // fitted all-reduce, by device count
+};
+
+// Per-strategy input (borrowed).
+struct StrategyView {
+  const int32_t* grp_ptr = nullptr;     // [num_groups + 1] CSR into grp_devs
+  const int32_t* grp_devs = nullptr;
+  const uint8_t* grp_option = nullptr;  // [num_groups]
+  const double* shares = nullptr;       // [num_devices] or nullptr (even)
+  const int32_t* mp_part = nullptr;     // [num_ops] part of each op of a model-parallel group, else -1
+};
+
+// What each task is, for traces and runtime-feedback features.
+struct TaskMeta {
+  std::vector<uint8_t> kind;
+  std::vector<int32_t> op;        // planned op (compute) or producing op (conversions)
+  std::vector<int32_t> device;    // device the task runs on (-1 for collectives)
+  std::vector<int32_t> src;       // transfers: the task whose output is sent
+  void clear() { kind.clear(); op.clear(); device.clear(); src.clear(); }
+};
+
+struct Layout {
+  uint8_t mode = kSingle;
+  uint8_t option = kAllReduce;
+  std::vector<int32_t> devs;
+  std::vector<int32_t> counts;    // replicated: samples per replica
+  int32_t size() const { return static_cast<int32_t>(devs.size()); }
+  int32_t index_of(int32_t d) const {
+    for (int32_t k = 0; k < size(); ++k)
+      if (devs[k] == d) return k;
+    return -1;
+  }
+};
+
+// Largest-remainder split of `total` by `weights`, every part at least 1: identical to
+// tag_tf.strategy.split_counts (including its stable tie-breaking).
+inline bool split_counts(int32_t total, const std::vector<double>& weights, std::vector<int32_t>& out) {
+  const int32_t n = static_cast<int32_t>(weights.size());
+  out.assign(n, 1);
+  if (total < n) return false;
+  double sum = 0;
+  for (double w : weights) sum += w;
+  const int32_t spare = total - n;
+  std::vector<double> raw(n), frac(n);
+  int32_t given = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    raw[i] = weights[i] / sum * spare;
+    const int32_t f = static_cast<int32_t>(std::floor(raw[i]));
+    out[i] += f;
+    given += f;
+    frac[i] = raw[i] - f;
+  }
+  std::vector<int32_t> order(n);
+  for (int32_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return -frac[a] < -frac[b]; });
+  for (int32_t k = 0; k < spare - given; ++k) out[order[k]] += 1;
+  return true;
+}
+
+class Expander {
+ public:
+  explicit Expander(const Prepared& p) : p_(p) {}
+
+  // Fills `g` (and `meta` when given). Returns "" or one line naming the bad group/device.
+  std::string expand(const StrategyView& s, TaskGraph& g, TaskMeta* meta) {
+    g_ = &g;
+    meta_ = meta;
+    reset();
+    if (auto err = build_layouts(s); !err.empty()) return err;
+    emit_compute();
+    emit_data_edges();
+    emit_control_edges();
+    finish();
+    return "";
+  }
+
+  int32_t layout_of(int32_t op) const { return op_layout_[op]; }
+  const Layout& layout(int32_t id) const { return layouts_[id]; }
+  int32_t first_task(int32_t op) const { return inst_[op]; }
+  // Conversions inserted by the last expansion (to compare with the compiler's counts).
+  int32_t num_splits = 0, num_concats = 0, num_addns = 0, num_allreduces = 0, num_transfers = 0, num_zeros = 0;
+
+ private:
+  const Prepared& p_;
+  TaskGraph* g_ = nullptr;
+  TaskMeta* meta_ = nullptr;
+  std::vector<Layout> layouts_;
+  std::vector<int32_t> group_layout_, op_layout_, inst_, task_device_;
+  std::vector<int32_t> edge_from_, edge_to_;
+  std::vector<uint8_t> edge_data_;
+  std::unordered_map<int64_t, int32_t> memo_transfer_, memo_concat_, memo_addn_, memo_allreduce_;
+  std::unordered_map<int64_t, std::vector<int32_t>> memo_split_;
+  std::vector<int32_t> last_collective_;
+
+  // ---------------------------------------------------------------------------------------
+  void reset() {
+    TaskGraph& g = *g_;
+    g.duration.clear();
+    g.res_ptr.assign(1, 0);
+    g.res.clear();
+    g.mem_device.clear();
+    g.mem_bytes.clear();
+    g.num_resources = 2 * p_.num_devices + p_.num_links;
+    g.persistent_bytes.assign(p_.num_devices, 0);
+    g.capacity_bytes.assign(p_.dev_capacity.begin(), p_.dev_capacity.end());
+    if (meta_) meta_->clear();
+    layouts_.clear();
+    task_device_.clear();
+    edge_from_.clear();
+    edge_to_.clear();
+    edge_data_.clear();
+    memo_transfer_.clear();
+    memo_concat_.clear();
+    memo_addn_.clear();
+    memo_allreduce_.clear();
+    memo_split_.clear();
+    last_collective_.assign(p_.num_devices, -1);
+    num_splits = num_concats = num_addns = num_allreduces = num_transfers = num_zeros = 0;
+    for (int32_t d = 0; d < p_.num_devices; ++d) {  // single(d) layouts come first: id = d
+      Layout l;
+      l.devs = {d};
+      layouts_.push_back(std::move(l));
+    }
+  }
+
+  std::string build_layouts(const StrategyView& s) {
+    const int32_t D = p_.num_devices;
+    group_layout_.assign(p_.num_groups, -1);
+    std::vector<uint8_t> seen(D, 0);
+    for (int32_t gid = 0; gid < p_.num_groups; ++gid) {
+      const int32_t lo = s.grp_ptr[gid], hi = s.grp_ptr[gid + 1];
+      if (hi <= lo) return "group " + std::to_string(gid) + ": no devices";
+      std::fill(seen.begin(), seen.end(), 0);
+      Layout l;
+      for (int32_t k = lo; k < hi; ++k) {
+        const int32_t d = s.grp_devs[k];
+        if (d < 0 || d >= D) return "group " + std::to_string(gid) + ": device " + std::to_string(d) + " does not exist";
+        if (seen[d]) return "group " + std::to_string(gid) + ": device " + std::to_string(d) + " appears twice";
+        seen[d] = 1;
+        l.devs.push_back(d);
+      }
+      const uint8_t opt = s.grp_option[gid];
+      if (opt > kModelParallel) return "group " + std::to_string(gid) + ": unknown option";
+      if (l.size() == 1 || opt == kModelParallel) {
+        group_layout_[gid] = l.devs[0];
+        continue;
+      }
+      l.option = opt;
+      if (opt == kDuplicate) {
+        l.mode = kDuplicated;
+      } else {
+        l.mode = kReplicated;
+        std::vector<double> w(l.size(), 1.0);
+        if (s.shares)
+          for (int32_t k = 0; k < l.size(); ++k) w[k] = s.shares[l.devs[k]];
+        if (!split_counts(p_.batch, w, l.counts))
+          return "group " + std::to_string(gid) + ": batch size " + std::to_string(p_.batch) +
+                 " is smaller than its " + std::to_string(l.size()) + " replicas";
+      }
+      group_layout_[gid] = intern(std::move(l));
+    }
+    // Op layouts: sources are fed once, MP ops go to their part, PS variables to their server.
+    op_layout_.assign(p_.num_ops, -1);
+    std::unordered_map<int64_t, int32_t> ps_of;   // (group, colocation set) -> device
+    std::vector<int32_t> next_ps(p_.num_groups, 0);
+    for (int32_t op = 0; op < p_.num_ops; ++op) {
+      const int32_t gid = p_.op_group[op];
+      const int32_t base = group_layout_[gid];
+      const Layout& bl = layouts_[base];
+      const int32_t lo = s.grp_ptr[gid], n = s.grp_ptr[gid + 1] - lo;
+      const uint8_t opt = s.grp_option[gid];
+      if (p_.op_flags[op] & kSource) {
+        op_layout_[op] = s.grp_devs[lo];
+      } else if (opt == kModelParallel && n > 1) {
+        const int32_t part = s.mp_part ? s.mp_part[op] : 0;
+        if (part < 0) return "op " + std::to_string(op) + ": model-parallel group " + std::to_string(gid) + " without a part";
+        op_layout_[op] = s.grp_devs[lo + part % n];
+      } else if (opt == kPS && bl.mode == kReplicated && (p_.op_flags[op] & kVariableSide)) {
+        const int64_t key = static_cast<int64_t>(gid) * p_.num_ops + p_.op_coloc[op];
+        auto it = ps_of.find(key);
+        if (it == ps_of.end()) it = ps_of.emplace(key, bl.devs[next_ps[gid]++ % bl.size()]).first;
+        op_layout_[op] = it->second;
+      } else {
+        op_layout_[op] = base;
+      }
+    }
+    return "";
+  }
+
+  int32_t intern(Layout l) {
+    for (size_t i = p_.num_devices; i < layouts_.size(); ++i) {
+      const Layout& o = layouts_[i];
+      if (o.mode == l.mode && o.option == l.option && o.devs == l.devs && o.counts == l.counts)
+        return static_cast<int32_t>(i);
+    }
+    layouts_.push_back(std::move(l));
+    return static_cast<int32_t>(layouts_.size() - 1);
+  }
+
+  static bool same_split(const Layout& a, const Layout& b) {
+    return a.mode == kReplicated && b.mode == kReplicated && a.devs == b.devs && a.counts == b.counts;
+  }
+
+  // ---------------------------------------------------------------------------------------
+  int32_t add_task(uint8_t kind, double duration, int32_t device, int32_t op, int64_t bytes,
+                   std::initializer_list<int32_t> resources, int32_t src = -1) {
+    TaskGraph& g = *g_;
+    const int32_t id = static_cast<int32_t>(g.duration.size());
+    g.duration.push_back(duration);
+    for (int32_t r : resources) g.res.push_back(r);
+    g.res_ptr.push_back(static_cast<int32_t>(g.res.size()));
+    g.mem_device.push_back(bytes > 0 ? device : -1);
+    g.mem_bytes.push_back(bytes > 0 ? bytes : 0);
+    task_device_.push_back(device);
+    if (meta_) {
+      meta_->kind.push_back(kind);
+      meta_->op.push_back(op);
+      meta_->device.push_back(device);
+      meta_->src.push_back(src);
+    }
+    return id;
+  }
+
+  void edge(int32_t from, int32_t to, bool data) {
+    if (from < 0) return;   // a free (LOCAL) value: no dependency
+    edge_from_.push_back(from);
+    edge_to_.push_back(to);
+    edge_data_.push_back(data ? 1 : 0);
+  }
+
+  double memcpy_time(int32_t device, double bytes) const {
+    const int32_t t = p_.dev_type[device];
+    return p_.type_launch[t] + bytes / p_.type_mem_bw[t];
+  }
+
+  double p2p_time(int32_t a, int32_t b, double bytes) const {
+    const bool same_machine = p_.dev_machine[a] == p_.dev_machine[b];
+    const Piecewise& fit = same_machine ? p_.p2p_intra : p_.p2p_inter;
+    if (!fit.empty()) return fit(bytes);
+    const size_t k = static_cast<size_t>(a) * p_.num_devices + b;
+    return p_.link_lat[k] + bytes / p_.link_bw[k];
+  }
+
+  double allreduce_time(const std::vector<int32_t>& devs, double bytes) const {
+    const size_t n = devs.size();
+    bool one_machine = true;
+    for (int32_t d : devs) one_machine &= p_.dev_machine[d] == p_.dev_machine[devs[0]];
+    const std::vector<Piecewise>& fits = one_machine ? p_.allreduce_intra : p_.allreduce_inter;
+    if (n < fits.size() && !fits[n].empty()) return fits[n](bytes);
+    // Ring in machine-major order: 2(n-1)/n of the data over the slowest hop, 2(n-1) latencies.
+    std::vector<int32_t> ring(devs);
+    std::sort(ring.begin(), ring.end(), [&](int32_t a, int32_t b) {
+      return p_.dev_machine[a] != p_.dev_machine[b] ? p_.dev_machine[a] < p_.dev_machine[b] : a < b;
+    });
+    double bw = INFINITY, lat = 0;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t pair = static_cast<size_t>(ring[k]) * p_.num_devices + ring[(k + 1) % n];
+      bw = std::min(bw, p_.link_bw[pair]);
+      lat = std::max(lat, p_.link_lat[pair]);
+    }
+    return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
+  }
+
+  // ---------------------------------------------------------------------------------------
+  void emit_compute() {
+    inst_.assign(p_.num_ops, -1);
+    const double B = p_.batch;
+    for (int32_t op = 0; op < p_.num_ops; ++op) {
+      const Layout& l = layouts_[op_layout_[op]];
+      inst_[op] = static_cast<int32_t>(g_->duration.size());
+      for (int32_t j = 0; j < l.size(); ++j) {
+        const int32_t d = l.devs[j];
+        const double samples = l.mode == kReplicated ? l.counts[j] : B;
+        const size_t k = static_cast<size_t>(p_.dev_type[d]) * p_.num_ops + op;
+        const double t = p_.op_fixed[k] + p_.op_per_sample[k] * samples;
+        const int64_t bytes = p_.op_out_fixed[op] + static_cast<int64_t>(p_.op_out_batched[op] * (samples / B));
+        add_task(kCompute, t, d, op, bytes, {d});
+        if (p_.op_persist[op] > 0) g_->persistent_bytes[d] += p_.op_persist[op];
+      }
+    }
+  }
+
+  int32_t instance(int32_t op, int32_t j) const { return inst_[op] + j; }
+
+  int32_t transfer(int32_t task, int32_t to, int64_t bytes) {
+    const int32_t from = task_device_[task];
+    if (from == to || from < 0) return task;
+    const int64_t key = static_cast<int64_t>(task) * p_.num_devices + to;
+    auto it = memo_transfer_.find(key);
+    if (it != memo_transfer_.end()) return it->second;
+    const size_t pair = static_cast<size_t>(from) * p_.num_devices + to;
+    TaskGraph& g = *g_;
+    const int32_t id = static_cast<int32_t>(g.duration.size());
+    g.duration.push_back(p2p_time(from, to, static_cast<double>(bytes)));
+    for (int32_t k = p_.link_res_ptr[pair]; k < p_.link_res_ptr[pair + 1]; ++k)
+      g.res.push_back(2 * p_.num_devices + p_.link_res[k]);
+    g.res_ptr.push_back(static_cast<int32_t>(g.res.size()));
+    g.mem_device.push_back(bytes > 0 ? to : -1);
+    g.mem_bytes.push_back(std::max<int64_t>(bytes, 0));
+    task_device_.push_back(to);
+    if (meta_) {
+      meta_->kind.push_back(kTransfer);
+      meta_->op.push_back(meta_->op[task]);
+      meta_->device.push_back(to);
+      meta_->src.push_back(task);
+    }
+    ++num_transfers;
+    edge(task, id, true);
+    memo_transfer_.emplace(key, id);
+    return id;
+  }
+
+  // The whole value of edge e's tensor on device d (a task whose end makes it available there,
+  // or -1 when it is free). `consumer` is the consuming layout or -1.
+  int32_t full_on(int32_t e, int32_t d, int32_t consumer) {
+    const int32_t src = p_.e_src[e];
+    const Layout& P = layouts_[op_layout_[src]];
+    const uint8_t st = P.mode == kReplicated ? p_.e_state[e] : kFull;
+    const int64_t bytes = p_.e_bytes[e];
+    const int64_t key = static_cast<int64_t>(p_.e_tensor[e]) * p_.num_devices + d;
+    switch (st) {
+      case kFull: {
+        const int32_t k = P.index_of(d);
+        return k >= 0 ? instance(src, k) : transfer(instance(src, 0), d, bytes);
+      }
+      case kSplit: {
+        auto it = memo_concat_.find(key);
+        if (it != memo_concat_.end()) return it->second;
+        std::vector<int32_t> pieces;
+        for (int32_t k = 0; k < P.size(); ++k)
+          pieces.push_back(transfer(instance(src, k), d, bytes * P.counts[k] / p_.batch));
+        const int32_t c = add_task(kConcat, memcpy_time(d, 2.0 * bytes), d, src, bytes, {d});
+        for (int32_t piece : pieces) edge(piece, c, true);
+        ++num_concats;
+        memo_concat_.emplace(key, c);
+        return c;
+      }
+      case kPartial: {
+        if (consumer >= 0) {
+          const Layout& C = layouts_[consumer];
+          if (C.mode != kSingle && P.option == kAllReduce && same_set(C.devs, P.devs)) return all_reduce(e);
+        }
+        const int32_t agg = (consumer < 0 || layouts_[consumer].mode == kSingle) ? d : P.devs[0];
+        const int64_t akey = static_cast<int64_t>(p_.e_tensor[e]) * p_.num_devices + agg;
+        int32_t sum;
+        auto it = memo_addn_.find(akey);
+        if (it != memo_addn_.end()) {
+          sum = it->second;
+        } else {
+          std::vector<int32_t> parts;
+          for (int32_t k = 0; k < P.size(); ++k) parts.push_back(transfer(instance(src, k), agg, bytes));
+          sum = add_task(kAddN, memcpy_time(agg, (P.size() + 1.0) * bytes), agg, src, bytes, {agg});
+          for (int32_t part : parts) edge(part, sum, true);
+          ++num_addns;
+          memo_addn_.emplace(akey, sum);
+        }
+        return transfer(sum, d, bytes);
+      }
+      default:
+        return -1;   // LOCAL: recomputed where needed, modelled as free
+    }
+  }
+
+  static bool same_set(std::vector<int32_t> a, std::vector<int32_t> b) {
+    if (a.size() != b.size()) return false;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    return a == b;
+  }
+
+  int32_t all_reduce(int32_t e) {
+    const int32_t tensor = p_.e_tensor[e];
+    auto it = memo_allreduce_.find(tensor);
+    if (it != memo_allreduce_.end()) return it->second;
+    const int32_t src = p_.e_src[e];
+    const Layout& P = layouts_[op_layout_[src]];
+    TaskGraph& g = *g_;
+    const int32_t id = static_cast<int32_t>(g.duration.size());
+    g.duration.push_back(allreduce_time(P.devs, static_cast<double>(p_.e_bytes[e])));
+    // Collective streams of the members, plus the inter-machine links of the ring (it contends
+    // with transfers there); NVLink/PCIe hops inside a machine are left to the streams.
+    std::vector<int32_t> res;
+    for (int32_t d : P.devs) res.push_back(p_.num_devices + d);
+    std::vector<int32_t> ring(P.devs);
+    std::sort(ring.begin(), ring.end(), [&](int32_t a, int32_t b) {
+      return p_.dev_machine[a] != p_.dev_machine[b] ? p_.dev_machine[a] < p_.dev_machine[b] : a < b;
+    });
+    for (size_t k = 0; k < ring.size(); ++k) {
+      const int32_t a = ring[k], b = ring[(k + 1) % ring.size()];
+      if (p_.dev_machine[a] == p_.dev_machine[b]) continue;
+      const size_t pair = static_cast<size_t>(a) * p_.num_devices + b;
+      for (int32_t r = p_.link_res_ptr[pair]; r < p_.link_res_ptr[pair + 1]; ++r) {
+        const int32_t rid = 2 * p_.num_devices + p_.link_res[r];
+        if (std::find(res.begin(), res.end(), rid) == res.end()) res.push_back(rid);
+      }
+    }
+    for (int32_t r : res) g.res.push_back(r);
+    g.res_ptr.push_back(static_cast<int32_t>(g.res.size()));
+    g.mem_device.push_back(-1);
+    g.mem_bytes.push_back(0);
+    task_device_.push_back(-1);
+    if (meta_) {
+      meta_->kind.push_back(kCollective);
+      meta_->op.push_back(src);
+      meta_->device.push_back(-1);
+      meta_->src.push_back(-1);
+    }
+    for (int32_t k = 0; k < P.size(); ++k) edge(instance(src, k), id, true);
+    for (int32_t d : P.devs) {     // same order on every member (the compiler's control chain)
+      edge(last_collective_[d], id, false);
+      last_collective_[d] = id;
+    }
+    ++num_allreduces;
+    memo_allreduce_.emplace(tensor, id);
+    return id;
+  }
+
+  // Shards of edge e's tensor laid out as `consumer` needs (one task per replica).
+  const std::vector<int32_t>& split_of(int32_t e, int32_t consumer) {
+    const int64_t key = static_cast<int64_t>(p_.e_tensor[e]) * (1 << 20) + consumer;
+    auto it = memo_split_.find(key);
+    if (it != memo_split_.end()) return it->second;
+    const int32_t src = p_.e_src[e];
+    const Layout& P = layouts_[op_layout_[src]];
+    const Layout& C = layouts_[consumer];
+    const uint8_t st = P.mode == kReplicated ? p_.e_state[e] : kFull;
+    const int32_t at = (st == kFull && P.index_of(C.devs[0]) < 0) ? P.devs[0] : C.devs[0];
+    const int64_t bytes = p_.e_bytes[e];
+    const int32_t full = full_on(e, at, -1);
+    const int32_t sp = add_task(kSplitTask, memcpy_time(at, 2.0 * bytes), at, src, bytes, {at});
+    edge(full, sp, true);
+    ++num_splits;
+    std::vector<int32_t> pieces;
+    for (int32_t j = 0; j < C.size(); ++j)
+      pieces.push_back(transfer(sp, C.devs[j], bytes * C.counts[j] / p_.batch));
+    return memo_split_.emplace(key, std::move(pieces)).first->second;
+  }
+
+  void emit_data_edges() {
+    const int32_t E = static_cast<int32_t>(p_.e_src.size());
+    for (int32_t e = 0; e < E; ++e) {
+      const int32_t src = p_.e_src[e], dst = p_.e_dst[e];
+      const int32_t pid = op_layout_[src], cid = op_layout_[dst];
+      const Layout& P = layouts_[pid];
+      const Layout& C = layouts_[cid];
+      const uint8_t st = P.mode == kReplicated ? p_.e_state[e] : kFull;
+      const uint8_t need = C.mode == kReplicated ? p_.e_need[e] : kFull;
+      for (int32_t j = 0; j < C.size(); ++j) {
+        const int32_t consumer = instance(dst, j);
+        const int32_t d = C.devs[j];
+        switch (need) {
+          case kSplit:
+            if (st == kSplit && same_split(P, C)) edge(instance(src, j), consumer, true);
+            else edge(split_of(e, cid)[j], consumer, true);
+            break;
+          case kPartial:
+            if (st == kPartial && P.mode == kReplicated && P.devs == C.devs) {
+              edge(instance(src, j), consumer, true);
+            } else {
+              const int32_t full0 = full_on(e, C.devs[0], -1);
+              if (j == 0) {
+                edge(full0, consumer, true);
+              } else {   // the other replicas add zeros
+                const int32_t from = st == kFull ? full_on(e, d, -1) : (full0 < 0 ? -1 : transfer(full0, d, p_.e_bytes[e]));
+                const int32_t z = add_task(kZeros, memcpy_time(d, static_cast<double>(p_.e_bytes[e])), d, src,
+                                           p_.e_bytes[e], {d});
+                ++num_zeros;
+                edge(from, z, true);
+                edge(z, consumer, true);
+              }
+            }
+            break;
+          case kLocal:
+            if (st == kLocal && same_split(P, C)) edge(instance(src, j), consumer, true);
+            break;
+          default:
+            edge(full_on(e, d, cid), consumer, true);
+        }
+      }
+    }
+  }
+
+  void emit_control_edges() {
+    const size_t C = p_.c_src.size();
+    for (size_t k = 0; k < C; ++k) {
+      const int32_t a = p_.c_src[k], b = p_.c_dst[k];
+      const Layout& la = layouts_[op_layout_[a]];
+      const Layout& lb = layouts_[op_layout_[b]];
+      if (la.size() > 1 && la.mode == lb.mode && la.devs == lb.devs) {
+        for (int32_t j = 0; j < lb.size(); ++j) edge(instance(a, j), instance(b, j), false);
+      } else {
+        for (int32_t j = 0; j < lb.size(); ++j)
+          for (int32_t i = 0; i < la.size(); ++i) edge(instance(a, i), instance(b, j), false);
+      }
+    }
+  }
+
+  // Successor CSR from the collected edges (counting sort by source, stable).
+  void finish() {
+    TaskGraph& g = *g_;
+    const size_t n = g.duration.size(), m = edge_from_.size();
+    g.succ_ptr.assign(n + 1, 0);
+    for (int32_t f : edge_from_) ++g.succ_ptr[f + 1];
+    for (size_t i = 0; i < n; ++i) g.succ_ptr[i + 1] += g.succ_ptr[i];
+    g.succ.resize(m);
+    g.succ_data.resize(m);
+    std::vector<int32_t> fill(g.succ_ptr.begin(), g.succ_ptr.end() - 1);
+    for (size_t k = 0; k < m; ++k) {
+      const int32_t pos = fill[edge_from_[k]]++;
+      g.succ[pos] = edge_to_[k];
+      g.succ_data[pos] = edge_data_[k];
+    }
+  }
+};
+
+}  // namespace tag_sim

@@ -1,0 +1,175 @@
+"""The simulator: predict one training iteration of a strategy on a topology.
+
+    sim = Simulator(analysis, topology)            # prepares flat arrays once (costs, links, edges)
+    report = sim.simulate(strategy)               # native expansion + event simulation, ~ms
+    detail = sim.simulate(strategy, detail=True)  # also the task graph, for traces and Gantt charts
+
+Predicted numbers are simulated: op times come from the profile (device types measured here) or
+the analytical cost model (GPU types not present), transfers and collectives from the topology's
+bandwidths or fitted communication profiles.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from tag_tf.analysis import Analysis
+from tag_tf.analysis.simplify import training_ops
+from tag_tf.compiler.placement import mp_partition
+from tag_tf.errors import StrategyError
+from tag_tf.sim.prepare import device_types, prepare
+from tag_tf.strategy import Option, Strategy
+
+OPTION_CODE = {Option.ALLREDUCE: 0, Option.PS: 1, Option.DUPLICATE: 2, Option.MODEL_PARALLEL: 3}
+TASK_KINDS = ("compute", "transfer", "split", "concat", "addn", "allreduce", "zeros")
+
+
+@dataclasses.dataclass(frozen=True)
+class SimReport:
+    """One simulated iteration (all times in seconds)."""
+
+    iteration_time_s: float
+    peak_memory_bytes: tuple[int, ...]        # per device
+    persistent_bytes: tuple[int, ...]         # per device: variables and optimizer slots
+    capacity_bytes: tuple[int, ...]
+    oom_devices: tuple[int, ...]
+    device_idle: tuple[float, ...]            # per device: fraction of the iteration its queue idles
+    link_idle: Mapping[str, float]            # per link resource
+    group_makespan: np.ndarray                # per op group: first start to last end of its ops
+    group_busy: np.ndarray                    # per op group: summed compute time of its instances
+    group_out_wait: np.ndarray                # per op group: mean wait from output ready to its transfer
+    conversions: Mapping[str, int]
+    num_tasks: int
+    sim_ms: float
+    tasks: Mapping[str, np.ndarray] | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def oom(self) -> bool:
+        return bool(self.oom_devices)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"iteration_time_s": self.iteration_time_s, "peak_memory_bytes": list(self.peak_memory_bytes),
+                "oom": self.oom, "oom_devices": list(self.oom_devices), "sim_ms": round(self.sim_ms, 3),
+                "device_idle": [round(x, 4) for x in self.device_idle],
+                "link_idle": {k: round(v, 4) for k, v in self.link_idle.items()},
+                "conversions": dict(self.conversions), "num_tasks": self.num_tasks}
+
+
+class Simulator:
+    def __init__(self, analysis: Analysis, topology: Any, costs: Any = None, comm: Any = None,
+                 profile: Any = None):
+        """`costs`: OpCosts for the training ops (default: measured `profile` where its device type
+        matches, else the analytical model); `comm`: a CommModel with fitted transfers, or None."""
+        from tag_tf import _simcore
+
+        self.analysis = analysis
+        self.topology = topology
+        if costs is None:
+            costs = training_costs(analysis, device_types(topology), profile)
+        self.costs = costs
+        self.prepared = prepare(analysis, topology, costs, comm)
+        self._native = _simcore.Simulator(self.prepared)
+        self._mp_cache: dict[tuple[int, int], dict[str, int]] = {}
+        self._op_index = {n: i for i, n in enumerate(analysis.planning.ops)}
+        D = topology.num_devices
+        self._num_devices = D
+        self._link_names = self.prepared["link_names"]
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.analysis.grouping.groups)
+
+    def encode(self, strategy: Strategy) -> tuple[np.ndarray, ...]:
+        """The strategy as the flat arrays the native expander reads."""
+        strategy.validate(self.num_groups, self._num_devices)
+        ptr = np.zeros(self.num_groups + 1, dtype=np.int32)
+        devs: list[int] = []
+        options = np.zeros(self.num_groups, dtype=np.uint8)
+        mp = None
+        for g, plan in enumerate(strategy.groups):
+            devs.extend(plan.devices)
+            ptr[g + 1] = len(devs)
+            options[g] = OPTION_CODE[plan.option]
+            if plan.option is Option.MODEL_PARALLEL and len(plan.devices) > 1:
+                if mp is None:
+                    mp = np.full(len(self._op_index), -1, dtype=np.int32)
+                key = (g, len(plan.devices))
+                if key not in self._mp_cache:
+                    self._mp_cache[key] = mp_partition(self.analysis, g, len(plan.devices))
+                for op, part in self._mp_cache[key].items():
+                    mp[self._op_index[op]] = part
+        shares = None if strategy.shares is None else np.asarray(strategy.shares, dtype=np.float64)
+        return ptr, np.asarray(devs, dtype=np.int32), options, shares, mp
+
+    def simulate(self, strategy: Strategy, *, detail: bool = False) -> SimReport:
+        args = self.encode(strategy)
+        start = time.perf_counter()
+        try:
+            out = self._native.run(*args, with_tasks=detail)
+        except ValueError as e:
+            raise StrategyError(str(e)) from None
+        sim_ms = (time.perf_counter() - start) * 1e3
+        return self._report(out, sim_ms, detail)
+
+    def _report(self, out: Mapping[str, Any], sim_ms: float, detail: bool) -> SimReport:
+        D = self._num_devices
+        makespan = float(out["makespan"])
+        busy = out["busy"]
+        idle = tuple(float(1 - busy[d] / makespan) if makespan > 0 else 0.0 for d in range(D))
+        links = {name: float(1 - busy[2 * D + k] / makespan) if makespan > 0 else 0.0
+                 for k, name in enumerate(self._link_names)}
+        oom = tuple(int(d) for d in np.flatnonzero(out["oom"]))
+        tasks = None
+        if detail:
+            tasks = {k: out[k] for k in ("duration", "start", "end", "res_ptr", "res", "succ_ptr", "succ",
+                                         "succ_data", "mem_device", "mem_bytes", "capacity_bytes", "kind",
+                                         "op", "device", "src")}
+            tasks["num_resources"] = int(out["num_resources"])
+        return SimReport(makespan, tuple(int(x) for x in out["peak_bytes"]),
+                         tuple(int(x) for x in out["persistent_bytes"]),
+                         tuple(int(d.memory_bytes) for d in self.topology.devices), oom, idle, links,
+                         out["group_end"] - out["group_start"], out["group_busy"], out["group_out_wait"],
+                         dict(out["conversions"]), int(out["num_tasks"]), sim_ms, tasks)
+
+    # -- traces -----------------------------------------------------------------------------
+    def task_graph(self, report: SimReport):
+        """The simulated iteration as an engine TaskGraph + SimResult (for traces and Gantt charts)."""
+        from tag_tf.sim.engine import make_task_graph, simulate
+
+        if report.tasks is None:
+            raise ValueError("simulate(..., detail=True) first")
+        t = report.tasks
+        D = self._num_devices
+        names = self.analysis.planning.ops
+        task_names = tuple(_task_name(int(k), int(o), names) for k, o in zip(t["kind"], t["op"]))
+        kinds = ["device"] * D + ["collective"] * D + ["link"] * len(self._link_names)
+        resource_names = ([f"dev{d} ({self.topology.devices[d].type})" for d in range(D)]
+                          + [f"dev{d} collectives" for d in range(D)] + list(self._link_names))
+        graph = make_task_graph(
+            duration=t["duration"], res_ptr=t["res_ptr"], res=t["res"], succ_ptr=t["succ_ptr"], succ=t["succ"],
+            succ_data=t["succ_data"], mem_device=t["mem_device"], mem_bytes=t["mem_bytes"],
+            persistent_bytes=np.asarray(report.persistent_bytes, dtype=np.int64),
+            capacity_bytes=np.asarray(t["capacity_bytes"], dtype=np.int64), num_resources=t["num_resources"],
+            names=task_names, categories=tuple(TASK_KINDS[int(k)] for k in t["kind"]),
+            resource_names=tuple(resource_names), resource_kinds=tuple(kinds),
+            pool_names=tuple(f"dev{d}" for d in range(D)))
+        result = simulate(graph)   # the engine is deterministic: same times as the native run
+        return graph, result
+
+
+def _task_name(kind: int, op: int, names: Sequence[str]) -> str:
+    base = names[op] if 0 <= op < len(names) else "?"
+    return base if kind == 0 else f"{TASK_KINDS[kind]}:{base}"
+
+
+def training_costs(analysis: Analysis, types: Sequence[str], profile: Any = None) -> Any:
+    """OpCosts for every training op on the given device types (profile where measured, else model)."""
+    from tag_tf.profile.costs import op_costs
+
+    train = training_ops(analysis.graph)
+    names = [n for n in analysis.graph.order if n in train]
+    return op_costs(analysis.graph_b1, analysis.graph_b2, analysis.batch.b1, analysis.batch.b2, names,
+                    list(types), profile=profile)
