@@ -21,6 +21,7 @@ import numpy as np
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.rules import SHAPE_OPS
+from tag_tf.analysis.simplify import training_ops
 from tag_tf.analysis.states import FULL, Flag, Kind, State
 from tag_tf.compiler.devices import DeviceMap
 from tag_tf.compiler.nodes import NodeFactory
@@ -45,14 +46,22 @@ class GraphBuilder:
         self._group_keys: dict[tuple[int, ...], int] = {}
         self._instance_key = 0
         self._last_collective: dict[int, str] = {}
-        self.counts = {"split": 0, "concat": 0, "addn": 0, "allreduce": 0, "slice": 0, "recompute": 0,
-                       "zeros": 0}
+        # Who needs each memoised conversion: "training" (an op of the training step), "other" (ops
+        # that only run when fetched: init, save, dangling gradient outputs) or "recompute" (inside
+        # the recomputation of a LOCAL value). Reuse by a training op upgrades the entry.
+        self._origin: dict[tuple, str] = {}
+        self._nested: dict[tuple, list[tuple]] = {}   # conversions built while building another
+        self._building: list[tuple] = []
+        self._training_ops = training_ops(self.graph)
+        self._emitting_training = False
+        self._recompute_depth = 0
 
     # =========================================================================================
     # Emission of the original ops
     # =========================================================================================
     def emit_all(self) -> None:
         for name in self.graph.order:
+            self._emitting_training = name in self._training_ops
             lay = self.placement.of(name)
             self.instances[name] = []
             self.outputs[name] = []
@@ -60,6 +69,7 @@ class GraphBuilder:
                 node_name, outs = self._emit_instance(name, lay, j, self._instance_name(name, lay, j))
                 self.instances[name].append(node_name)
                 self.outputs[name].append(outs)
+        self._emitting_training = False
         nodes = {n.name: n for n in self.f.nodes}
         for name in self.graph.order:       # control edges, once every instance exists
             self._wire_control(name, nodes)
@@ -190,7 +200,6 @@ class GraphBuilder:
         return self._global_value(ref, device)
 
     def _concat(self, ref: TensorRef, device: int) -> str:
-        self.counts["concat"] += 1
         play = self.placement.of(ref.op)
         state = self.state_of(ref)
         pieces = [self.out(ref, k) for k in range(play.size)]
@@ -198,14 +207,12 @@ class GraphBuilder:
                              self.devices[device]) + ":0"
 
     def _add_n(self, ref: TensorRef, device: int) -> str:
-        self.counts["addn"] += 1
         play = self.placement.of(ref.op)
         pieces = [self.out(ref, k) for k in range(play.size)]
         return self.f.add_n(f"tag/sum/{ref.op}", pieces, self._dtype(ref), self.devices[device]) + ":0"
 
     def _all_reduce(self, ref: TensorRef) -> list[str]:
         def build() -> list[str]:
-            self.counts["allreduce"] += 1
             play = self.placement.of(ref.op)
             devs = play.devices
             dtype = self._dtype(ref)
@@ -249,7 +256,6 @@ class GraphBuilder:
         full = self.full_on(ref, at)
         dtype = self._dtype(ref)
         device = self.devices[at]
-        self.counts["split"] += 1
         if lay.counts:
             sizes = self.f.const(f"tag/split/{ref.op}/sizes", [c * need.mult for c in lay.counts], "int32", device)
         else:
@@ -320,7 +326,6 @@ class GraphBuilder:
         device = lay.devices[j]
 
         def zeros() -> str:
-            self.counts["zeros"] += 1
             local = self.full_on(ref, device) if state.kind is Kind.FULL else full
             return self.f.unary(f"tag/zeros/{ref.op}", "ZerosLike", local, self._dtype(ref),
                                 self.devices[device]) + ":0"
@@ -335,18 +340,17 @@ class GraphBuilder:
 
     def _recompute(self, ref: TensorRef, lay: Layout, j: int) -> str:
         """The value op `ref.op` has when run on replica j's shard of `lay` (a clone instance)."""
-        key = ("recompute", ref.op, lay.devices, lay.counts, lay.weights, j)
-        outs = self._memo.get(key)
-        if outs is None:
-            self.counts["recompute"] += 1
+        def build() -> list[str]:
             static = self._static_local(ref.op, lay, j)
             if static is not None:
-                outs = static
-            else:
-                name = self.f.unique(f"tag/local/{'-'.join(map(str, lay.devices))}/r{j}/{ref.op}")
-                _, outs = self._emit_instance(ref.op, lay, j, name)
-            self._memo[key] = outs
-        return outs[ref.index]
+                return static
+            name = self.f.unique(f"tag/local/{'-'.join(map(str, lay.devices))}/r{j}/{ref.op}")
+            self._recompute_depth += 1
+            try:
+                return self._emit_instance(ref.op, lay, j, name)[1]
+            finally:
+                self._recompute_depth -= 1
+        return self._memo_get(("recompute", ref.op, lay.devices, lay.counts, lay.weights, j), build)[ref.index]
 
     def _static_local(self, op: str, lay: Layout, j: int) -> list[str] | None:
         """Shape/Size of a statically shaped tensor on a shard is a constant: emit that."""
@@ -358,10 +362,11 @@ class GraphBuilder:
         for k, ref in enumerate(src.inputs if src.type == "ShapeN" else src.inputs[:1]):
             shape = self.a.graph_b1.tensor(ref).shape
             tb = self.a.batch.of(ref)
-            if shape is None or any(d < 0 for d in shape) or not tb.batched:
+            if shape is None or any(d < 0 for d in shape) or tb.irregular:
                 return None
             dims = list(shape)
-            dims[tb.axis] = lay.counts[j] * tb.mult
+            if tb.batched:
+                dims[tb.axis] = lay.counts[j] * tb.mult
             dtype = src.outputs[k].base_dtype
             value = int(np.prod(dims)) if src.type == "Size" else dims
             outs.append(self.f.const(f"tag/local/{op}/r{j}", value, dtype, device) + ":0")
@@ -370,7 +375,6 @@ class GraphBuilder:
     def _global_value(self, ref: TensorRef, device: int) -> str:
         """The original (whole-batch) value of a LOCAL tensor, recomputed on `device`."""
         def build() -> list[str]:
-            self.counts["recompute"] += 1
             ann = self.a.annotations[ref.op]
             if Flag.LOCAL_CONST in ann.flags:
                 return [self.f.const(f"tag/global/{ref.op}", self.graph.attr(ref.op, "value"),
@@ -385,17 +389,58 @@ class GraphBuilder:
                                              self.devices[device]) + ":0")
                 return outs
             name = self.f.unique(f"tag/global/{ref.op}")
-            _, outs = self._emit_instance(ref.op, single(device), 0, name)
-            return outs
-        return self._memo_get(("global", ref.op, device), build)[ref.index]
+            self._recompute_depth += 1
+            try:
+                return self._emit_instance(ref.op, single(device), 0, name)[1]
+            finally:
+                self._recompute_depth -= 1
+        return self._memo_get(("recompute", ref.op, device), build)[ref.index]
 
     # -- helpers ----------------------------------------------------------------------------------
     def _memo_get(self, key: tuple, build):
+        context = "recompute" if self._recompute_depth else ("training" if self._emitting_training else "other")
         value = self._memo.get(key)
         if value is None:
-            value = build()
+            self._origin[key] = context
+            if self._building:
+                self._nested.setdefault(self._building[-1], []).append(key)
+            self._building.append(key)
+            try:
+                value = build()
+            finally:
+                self._building.pop()
             self._memo[key] = value
+        elif context == "training":
+            self._mark_training(key)
         return value
+
+    def _mark_training(self, key: tuple) -> None:
+        stack = [key]
+        while stack:
+            k = stack.pop()
+            if self._origin.get(k) != "training":
+                self._origin[k] = "training"
+                stack.extend(self._nested.get(k, ()))
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Conversions the training step executes, by kind; plus those only other ops would run
+        (`other_conversions`) and the recomputations of LOCAL values with what they needed."""
+        kinds = ("split", "concat", "addn", "allreduce", "zeros")
+        out = {k: 0 for k in kinds}
+        out.update(recompute=0, other_conversions=0)
+        for key, origin in self._origin.items():
+            kind = key[0]
+            if kind == "recompute":
+                out["recompute"] += 1
+            elif kind in kinds:
+                if origin == "training":
+                    out[kind] += 1
+                elif origin == "recompute":
+                    out["recompute"] += 1
+                else:
+                    out["other_conversions"] += 1
+        return out
 
     def _dtype(self, ref: TensorRef) -> str:
         return self.graph.tensor(ref).base_dtype

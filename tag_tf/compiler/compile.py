@@ -63,7 +63,7 @@ def compile_strategy(ctx: PassContext, analysis: Analysis, strategy: Strategy, d
         gd.library.CopyFrom(graph.library)
     variables = {v: tuple(builder.instances[v]) for v in graph.variables}
     stats = dict(graph_counts, ops=len(gd.node), original_ops=len(graph),
-                 fetch_adapters=sum(builder.counts.values()) - sum(graph_counts.values()))
+                 fetch_adapters=builder.counts["other_conversions"] - graph_counts["other_conversions"])
     result = Compiled(gd, types.MappingProxyType(fetch_map), types.MappingProxyType(op_map),
                       types.MappingProxyType(variables), placement, devices, types.MappingProxyType(stats),
                       builder)

@@ -33,3 +33,20 @@ def random_strategy(num_groups: int, num_devices: int, rng: np.random.Generator,
         groups.append(GroupPlan(devices, options[int(rng.integers(len(options)))]))
     shares = tuple(float(x) for x in rng.uniform(0.5, 2.0, num_devices)) if uneven else None
     return Strategy(tuple(groups), shares, name="random", **kw)
+
+
+def device_capacities(topology) -> list[float]:
+    """Compute capacity of each device: its type's peak FLOP/s (equal for identical devices)."""
+    return [float(topology.gpu_type(d.type).peak_flops) for d in topology.devices]
+
+
+BASELINES = ("dp", "dp-p")
+
+
+def baseline(name: str, num_groups: int, topology, **kw) -> Strategy:
+    """A named baseline for a topology: "dp" (DP-NCCL) or "dp-p" (DP-NCCL-P)."""
+    if name == "dp":
+        return data_parallel(num_groups, topology.num_devices, **kw)
+    if name == "dp-p":
+        return data_parallel_proportional(num_groups, device_capacities(topology), **kw)
+    raise ValueError(f"unknown baseline {name!r} (expected one of {', '.join(BASELINES)})")

@@ -1,0 +1,68 @@
+"""`tag-tf simulate`: predict one training iteration of a strategy on a topology (simulated)."""
+from __future__ import annotations
+
+import json
+import sys
+
+from tag_tf.frontend.loading import add_model_args, analysis_for, load
+
+
+def register(sub) -> None:
+    p = sub.add_parser("simulate", help="predict iteration time and memory of a strategy (simulated)")
+    add_model_args(p)
+    p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED) or file")
+    p.add_argument("--strategy", default="dp", help="dp | dp-p | a strategy JSON file")
+    p.add_argument("--groups", type=int, default=60)
+    p.add_argument("--trace", help="write a Chrome/Perfetto trace of the simulated iteration here")
+    p.add_argument("--gantt", help="write a Gantt chart PNG of the simulated iteration here")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def load_strategy(spec: str, analysis, topology):
+    from tag_tf.search.baselines import BASELINES, baseline
+    from tag_tf.strategy import Strategy
+
+    n = len(analysis.grouping.groups)
+    if spec in BASELINES:
+        return baseline(spec, n, topology)
+    strategy = Strategy.load(spec)
+    strategy.validate(n, topology.num_devices, graph=analysis.graph.fingerprint, topology=topology.fingerprint)
+    return strategy
+
+
+def run(args) -> int:
+    from tag_tf.context import Options, PassContext
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.parse import load_topology
+
+    topology = load_topology(args.topology)
+    ctx = PassContext(Options(num_groups=args.groups))
+    loaded = load(args)
+    analysis = analysis_for(loaded, args, ctx)
+    strategy = load_strategy(args.strategy, analysis, topology)
+    with ctx.timer("simulate/prepare"):
+        sim = Simulator(analysis, topology)
+    detail = bool(args.trace or args.gantt)
+    report = sim.simulate(strategy, detail=detail)
+    if detail:
+        graph, result = sim.task_graph(report)
+        if args.trace:
+            from tag_tf.sim.trace import write_chrome_trace
+            write_chrome_trace(args.trace, graph, result)
+        if args.gantt:
+            from tag_tf.sim.gantt import plot_gantt
+            plot_gantt(graph, result, args.gantt,
+                       title=f"{loaded.source} on {topology.name}, {args.strategy} (simulated)")
+    out = {"model": loaded.source, "topology": topology.name, "strategy": args.strategy, "simulated": True,
+           **report.to_dict(), "costs": dict(sim.costs.source), "timers": ctx.timing_report()}
+    if args.json:
+        json.dump(out, sys.stdout)
+        print()
+        return 0
+    print(f"{loaded.source} on {topology.name} ({topology.num_devices} devices), strategy {args.strategy}: "
+          f"{report.iteration_time_s * 1e3:.2f} ms per iteration (simulated in {report.sim_ms:.1f} ms)")
+    peak = ", ".join(f"{p / 2**30:.2f}" for p in report.peak_memory_bytes)
+    print(f"peak memory per device (GiB): {peak}" + ("  OOM on devices " + str(list(report.oom_devices)) if report.oom else ""))
+    print("op times: " + "; ".join(f"{k}: {v}" for k, v in sim.costs.source.items()))
+    return 0

@@ -1,0 +1,141 @@
+"""The strategy simulator: exact cases with hand-set costs, memory, heterogeneity, contention, and
+agreement with the compiler on what gets inserted."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import analysis_of
+from tag_tf.compiler import DeviceMap, compile_strategy
+from tag_tf.context import PassContext
+from tag_tf.profile.costs import OpCosts
+from tag_tf.search.baselines import baseline, data_parallel, random_strategy
+from tag_tf.sim.prepare import device_types
+from tag_tf.sim.simulator import Simulator, training_costs
+from tag_tf.strategy import GroupPlan, Option, Strategy
+from tag_tf.topology.parse import load_topology
+
+
+def topology(spec_machines, switch="10Gbps"):
+    spec = {"name": "t", "machines": spec_machines}
+    if len(spec_machines) > 1:
+        spec["inter"] = {"switch": switch}
+    return load_topology(spec)
+
+
+def flat_costs(analysis, types, fixed=0.0, per_sample=0.0):
+    """Every training op costs `fixed + per_sample * samples` seconds on every device type."""
+    base = training_costs(analysis, types)
+    n = len(base.op_names)
+    return OpCosts(base.op_names, tuple(types), np.full((len(types), n), fixed), np.full((len(types), n), per_sample),
+                   {t: "test" for t in types})
+
+
+def test_single_device_time_is_the_sum_of_op_times():
+    _, a = analysis_of("mlp")
+    topo = topology([{"name": "m", "gpus": "2x V100-32GB", "intra": "nvlink"}])
+    costs = flat_costs(a, device_types(topo), fixed=1e-3)
+    sim = Simulator(a, topo, costs=costs)
+    report = sim.simulate(Strategy.uniform(sim.num_groups, (0,), Option.ALLREDUCE))
+    planned = len(a.planning.ops)
+    members = sum(1 for _ in a.planning.host)
+    # Planned ops carry their members' costs: one FIFO queue, no transfers.
+    assert report.iteration_time_s == pytest.approx(members * 1e-3)
+    assert report.num_tasks == planned
+    assert report.device_idle[1] == 1.0
+
+
+def test_data_parallel_halves_batch_work_and_adds_collectives():
+    _, a = analysis_of("mlp")
+    topo = topology([{"name": "m", "gpus": "2x V100-32GB", "intra": "nvlink"}])
+    costs = flat_costs(a, device_types(topo), per_sample=1e-4)
+    sim = Simulator(a, topo, costs=costs)
+    one = sim.simulate(Strategy.uniform(sim.num_groups, (0,), Option.ALLREDUCE))
+    two = sim.simulate(data_parallel(sim.num_groups, 2))
+    trainable = sum(1 for v in a.graph.variables.values() if v.trainable)
+    assert two.conversions["allreduce"] == trainable
+    assert two.iteration_time_s < one.iteration_time_s
+    assert two.iteration_time_s > one.iteration_time_s / 2      # plus the all-reduces
+
+
+def test_memory_persistent_copies_and_oom():
+    _, a = analysis_of("mlp")
+    big = topology([{"name": "m", "gpus": "2x V100-32GB", "intra": "nvlink"}])
+    sim = Simulator(a, big)
+    var_bytes = sum(v.nbytes for v in a.graph.variables.values() if v.name in a.planning.host)
+    ar = sim.simulate(data_parallel(sim.num_groups, 2))
+    assert ar.persistent_bytes == (var_bytes, var_bytes)          # every replica holds a copy
+    ps = sim.simulate(Strategy.uniform(sim.num_groups, (0, 1), Option.PS))
+    assert sum(ps.persistent_bytes) == var_bytes                  # parameter servers share them
+    assert all(p > 0 for p in ar.peak_memory_bytes) and not ar.oom
+    tiny = load_topology({"name": "tiny", "machines": [{"name": "m", "gpus": [{"type": "V100-32GB", "count": 2,
+                                                                                "memory": "1KiB"}]}]})
+    assert Simulator(a, tiny).simulate(data_parallel(sim.num_groups, 2)).oom_devices == (0, 1)
+
+
+def test_proportional_shares_help_on_mixed_gpus():
+    _, a = analysis_of("cnn", batch_size=64)
+    topo = topology([{"name": "fast", "gpus": "V100-32GB"}, {"name": "slow", "gpus": "T4"}], switch="100Gbps")
+    types = device_types(topo)
+    base = training_costs(a, types)
+    costs = OpCosts(base.op_names, types, np.zeros_like(base.fixed),
+                    np.array([[1e-5] * len(base.op_names), [4e-5] * len(base.op_names)]), {})
+    sim = Simulator(a, topo, costs=costs)
+    dp = sim.simulate(baseline("dp", sim.num_groups, topo))
+    skew = sim.simulate(Strategy.uniform(sim.num_groups, (0, 1), Option.ALLREDUCE, shares=(4.0, 1.0)))
+    assert skew.iteration_time_s < dp.iteration_time_s
+
+
+def test_slow_network_makes_cross_machine_model_parallelism_slower():
+    _, a = analysis_of("mlp")
+    fast = topology([{"name": "m", "gpus": "2x V100-32GB", "intra": "nvlink"}])
+    slow = topology([{"name": "a", "gpus": "V100-32GB"}, {"name": "b", "gpus": "V100-32GB"}], switch="1Gbps")
+    strategy = lambda sim: Strategy.uniform(sim.num_groups, (0, 1), Option.MODEL_PARALLEL)
+    s1, s2 = Simulator(a, fast), Simulator(a, slow)
+    assert s2.simulate(strategy(s2)).iteration_time_s > s1.simulate(strategy(s1)).iteration_time_s
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer", "bert-small"])
+def test_conversions_match_the_compiler(name):
+    """The native expander inserts exactly the Split/Concat/AddN/AllReduce/zeros the compiler does."""
+    _, a = analysis_of(name)
+    sim = Simulator(a, load_topology("local:4"))
+    keys = ("split", "concat", "addn", "allreduce", "zeros")
+    for seed in range(3):
+        strategy = random_strategy(sim.num_groups, 4, np.random.default_rng(seed))
+        report = sim.simulate(strategy)
+        compiled = compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(4))
+        assert {k: report.conversions[k] for k in keys} == {k: compiled.stats[k] for k in keys}, seed
+
+
+def test_feedback_features_trace_and_strategy_errors(tmp_path):
+    from tag_tf.errors import StrategyError
+    from tag_tf.sim.trace import write_chrome_trace
+
+    _, a = analysis_of("cnn")
+    sim = Simulator(a, load_topology("testbed"))
+    report = sim.simulate(Strategy.uniform(sim.num_groups, (0, 4, 12), Option.ALLREDUCE), detail=True)
+    assert report.group_makespan.shape == (sim.num_groups,) and np.all(report.group_makespan >= 0)
+    assert report.group_out_wait.shape == (sim.num_groups,) and len(report.device_idle) == 16
+    graph, result = sim.task_graph(report)
+    assert result.makespan == pytest.approx(report.iteration_time_s)
+    path = tmp_path / "trace.json"
+    write_chrome_trace(str(path), graph, result)
+    events = json.loads(path.read_text())["traceEvents"]
+    assert sum(1 for e in events if e.get("ph") == "X" and e.get("cat") != "held") == report.num_tasks
+    with pytest.raises(StrategyError, match="group 0"):
+        sim.simulate(Strategy((GroupPlan((0, 99), Option.PS),) + (GroupPlan((0,), Option.PS),) * (sim.num_groups - 1)))
+    with pytest.raises(StrategyError, match="smaller than"):
+        sim.simulate(data_parallel(sim.num_groups, 16))          # batch 8 over 16 replicas
+
+
+def test_simulate_cli(capsys):
+    from tag_tf.frontend.cli import main
+
+    assert main(["simulate", "--model", "mlp", "--tiny", "--batch", "16", "--topology", "testbed",
+                 "--strategy", "dp-p", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["simulated"] is True and out["iteration_time_s"] > 0 and out["oom"] is False
+    assert len(out["peak_memory_bytes"]) == 16 and out["sim_ms"] > 0
