@@ -16,7 +16,9 @@
 // chained per device in creation order (the compiler adds those control edges so every member of
 // a ring issues them in the same order).
 //
-// Resources: [0, D) device compute queues, [D, 2D) per-device collective streams, [2D, 2D+L) links.
+// Resources: [0, D) device compute queues, [D, 2D) per-device collective streams, [2D, 2D+L) links,
+// [2D+L, 2D+L+H) host executors: virtual CPU devices of one process share its executor threads, so
+// their compute tasks also hold that machine's executor (dev_host[d] >= 0); GPUs do not.
 // Memory pools: one per device.
 #pragma once
 
@@ -66,6 +68,8 @@ struct Prepared {
   std::vector<int32_t> c_src, c_dst;
   // Devices and links.
   std::vector<int32_t> dev_type, dev_machine;
+  std::vector<int32_t> dev_host;                         // shared host executor of a device, or -1
+  int32_t num_hosts = 0;
   std::vector<int64_t> dev_capacity;
   std::vector<double> type_mem_bw, type_launch;          // per device type: memcpy-like op costs
   std::vector<int32_t> link_res_ptr, link_res;           // CSR over D*D ordered pairs (ids from 0)
@@ -174,7 +178,7 @@ class Expander {
     g.res.clear();
     g.mem_device.clear();
     g.mem_bytes.clear();
-    g.num_resources = 2 * p_.num_devices + p_.num_links;
+    g.num_resources = 2 * p_.num_devices + p_.num_links + p_.num_hosts;
     g.persistent_bytes.assign(p_.num_devices, 0);
     g.capacity_bytes.assign(p_.dev_capacity.begin(), p_.dev_capacity.end());
     if (meta_) meta_->clear();
@@ -348,7 +352,10 @@ class Expander {
         const size_t k = static_cast<size_t>(p_.dev_type[d]) * p_.num_ops + op;
         const double t = p_.op_fixed[k] + p_.op_per_sample[k] * samples;
         const int64_t bytes = p_.op_out_fixed[op] + static_cast<int64_t>(p_.op_out_batched[op] * (samples / B));
-        add_task(kCompute, t, d, op, bytes, {d});
+        if (p_.dev_host[d] >= 0)
+          add_task(kCompute, t, d, op, bytes, {d, 2 * p_.num_devices + p_.num_links + p_.dev_host[d]});
+        else
+          add_task(kCompute, t, d, op, bytes, {d});
         if (p_.op_persist[op] > 0) g_->persistent_bytes[d] += p_.op_persist[op];
       }
     }

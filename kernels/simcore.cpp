@@ -141,6 +141,8 @@ class Simulator {
     p_.c_dst = vec<int32_t>(d, "c_dst");
     p_.dev_type = vec<int32_t>(d, "dev_type");
     p_.dev_machine = vec<int32_t>(d, "dev_machine");
+    p_.dev_host = vec<int32_t>(d, "dev_host");
+    p_.num_hosts = py::cast<int32_t>(d["num_hosts"]);
     p_.dev_capacity = vec<int64_t>(d, "dev_capacity");
     p_.type_mem_bw = vec<double>(d, "type_mem_bw");
     p_.type_launch = vec<double>(d, "type_launch");
@@ -218,7 +220,9 @@ class Simulator {
     need(p_.e_dst.size() == E && p_.e_tensor.size() == E && p_.e_bytes.size() == E && p_.e_state.size() == E &&
              p_.e_need.size() == E, "edge arrays length");
     need(p_.c_dst.size() == p_.c_src.size(), "control edge arrays length");
-    need(p_.dev_type.size() == D && p_.dev_machine.size() == D && p_.dev_capacity.size() == D, "device arrays");
+    need(p_.dev_type.size() == D && p_.dev_machine.size() == D && p_.dev_capacity.size() == D &&
+             p_.dev_host.size() == D, "device arrays");
+    for (int32_t h : p_.dev_host) need(h >= -1 && h < p_.num_hosts, "dev_host out of range");
     need(p_.type_mem_bw.size() == T && p_.type_launch.size() == T, "device type arrays");
     need(p_.link_res_ptr.size() == D * D + 1 && p_.link_bw.size() == D * D && p_.link_lat.size() == D * D, "link arrays");
     for (int32_t g : p_.op_group) need(g >= 0 && g < p_.num_groups, "op_group out of range");

@@ -30,7 +30,10 @@ def device_types(topology: Any) -> tuple[str, ...]:
 
 def prepare(analysis: Analysis, topology: Any, costs: Any, comm: Any = None) -> dict[str, Any]:
     """`costs`: OpCosts over the training ops (members of planned ops) for `device_types(topology)`;
-    `comm`: a CommModel whose fitted models override the topology's analytical links, or None."""
+    `comm`: a CommModel whose fitted models override the topology's analytical links, or None.
+
+    CPU-typed devices are virtual devices of one TensorFlow process per machine: they share that
+    process's executor, so the simulator runs their ops one at a time per machine."""
     planning = analysis.planning
     graph = analysis.graph_b1
     ops = planning.ops
@@ -140,6 +143,8 @@ def prepare(analysis: Analysis, topology: Any, costs: Any, comm: Any = None) -> 
         "c_src": np.ascontiguousarray(c[:, 0]), "c_dst": np.ascontiguousarray(c[:, 1]),
         "dev_type": np.array([type_index[d.type] for d in devices], dtype=np.int32),
         "dev_machine": np.array([d.machine for d in devices], dtype=np.int32),
+        "dev_host": np.array([d.machine if d.type == "cpu" else -1 for d in devices], dtype=np.int32),
+        "num_hosts": topology.num_machines,
         "dev_capacity": np.array([d.memory_bytes for d in devices], dtype=np.int64),
         "type_mem_bw": np.array([g.mem_bandwidth for g in gpus], dtype=np.float64),
         "type_launch": np.array([g.launch_overhead_s for g in gpus], dtype=np.float64),

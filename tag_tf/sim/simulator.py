@@ -145,9 +145,11 @@ class Simulator:
         D = self._num_devices
         names = self.analysis.planning.ops
         task_names = tuple(_task_name(int(k), int(o), names) for k, o in zip(t["kind"], t["op"]))
-        kinds = ["device"] * D + ["collective"] * D + ["link"] * len(self._link_names)
+        hosts = self.topology.num_machines
+        kinds = ["device"] * D + ["collective"] * D + ["link"] * len(self._link_names) + ["host"] * hosts
         resource_names = ([f"dev{d} ({self.topology.devices[d].type})" for d in range(D)]
-                          + [f"dev{d} collectives" for d in range(D)] + list(self._link_names))
+                          + [f"dev{d} collectives" for d in range(D)] + list(self._link_names)
+                          + [f"machine{m} executor" for m in range(hosts)])
         graph = make_task_graph(
             duration=t["duration"], res_ptr=t["res_ptr"], res=t["res"], succ_ptr=t["succ_ptr"], succ=t["succ"],
             succ_data=t["succ_data"], mem_device=t["mem_device"], mem_bytes=t["mem_bytes"],
