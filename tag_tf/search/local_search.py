@@ -1,0 +1,139 @@
+"""A budgeted local search over per-group strategies, driven by the simulator.
+
+Until the GNN-guided MCTS lands this is the planner behind `strategy="auto"`. It starts from the
+better DP baseline (DP-NCCL or DP-NCCL-P, by simulation) and then, group by group in descending
+compute order (the paper's MCTS order), tries each candidate placement — all devices, the devices of
+the k fastest GPU types, each machine's device group — with AllReduce and PS synchronisation,
+keeping any change that lowers the simulated iteration time. Out-of-memory strategies count as
+infinitely slow. Every strategy it can produce is one the compiler turns into an equivalent graph.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from tag_tf.errors import StrategyError
+from tag_tf.search.baselines import baseline, device_capacities
+from tag_tf.strategy import GroupPlan, Option, Strategy
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchResult:
+    strategy: Strategy
+    iteration_time_s: float            # simulated
+    baselines: dict[str, float]        # simulated iteration time of each baseline
+    evaluations: int
+    seconds: float
+    improved_groups: int
+
+    @property
+    def speedup_over_dp(self) -> float:
+        return self.baselines["dp"] / self.iteration_time_s if self.iteration_time_s > 0 else 1.0
+
+
+def candidate_device_sets(topology: Any) -> list[tuple[int, ...]]:
+    """All devices; the devices of the k fastest GPU types for each k; each machine's group."""
+    caps = device_capacities(topology)
+    speeds = sorted({c for c in caps}, reverse=True)
+    sets: list[tuple[int, ...]] = [tuple(range(topology.num_devices))]
+    for k in range(1, len(speeds)):
+        keep = set(speeds[:k])
+        sets.append(tuple(d for d in range(topology.num_devices) if caps[d] in keep))
+    sets.extend(tuple(g.devices) for g in topology.groups)
+    unique: list[tuple[int, ...]] = []
+    for s in sets:
+        if s and s not in unique:
+            unique.append(s)
+    return unique
+
+
+def local_search(sim: Any, topology: Any, *, budget_s: float = 30.0, max_passes: int = 3,
+                 progress: bool = False) -> SearchResult:
+    """Improve on the best DP baseline within `budget_s` seconds of search."""
+    start_time = time.perf_counter()
+    n_groups = sim.num_groups
+    evaluations = 0
+
+    def cost(strategy: Strategy) -> float:
+        nonlocal evaluations
+        evaluations += 1
+        try:
+            report = sim.simulate(strategy)
+        except StrategyError:          # e.g. a batch too small for that many replicas
+            return float("inf")
+        return float("inf") if report.oom else report.iteration_time_s
+
+    baselines = {name: cost(baseline(name, n_groups, topology)) for name in ("dp", "dp-p")}
+    best_name = min(baselines, key=baselines.get)
+    current = baseline(best_name, n_groups, topology)
+    best = baselines[best_name]
+    shares = current.shares
+    candidates = [GroupPlan(devices, option) for devices in candidate_device_sets(topology)
+                  for option in (Option.ALLREDUCE, Option.PS) if len(devices) > 1 or option is Option.ALLREDUCE]
+    order = np.argsort([-g.compute for g in sim.analysis.grouping.groups], kind="stable")
+    groups = list(current.groups)
+    improved: set[int] = set()
+    bar = _progress(progress, max_passes * len(order) * len(candidates))
+    try:
+        for _ in range(max_passes):
+            changed = False
+            for g in order:
+                for plan in candidates:
+                    if time.perf_counter() - start_time > budget_s:
+                        raise _OutOfTime
+                    bar.update(1)
+                    if plan == groups[g]:
+                        continue
+                    trial = groups.copy()
+                    trial[g] = plan
+                    t = cost(Strategy(tuple(trial), shares))
+                    if t < best * (1 - 1e-6):
+                        best, groups = t, trial
+                        improved.add(int(g))
+                        changed = True
+            if not changed:
+                break
+    except _OutOfTime:
+        pass
+    finally:
+        bar.close()
+    strategy = Strategy(tuple(groups), shares, sim.analysis.graph.fingerprint, topology.fingerprint,
+                        name="auto")
+    return SearchResult(strategy, best, baselines, evaluations, time.perf_counter() - start_time, len(improved))
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(enabled: bool, total: int):
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="tag_tf search", unit="sim", leave=False)
+
+
+def describe(strategy: Strategy, topology: Any, groups: Sequence[Any]) -> list[dict[str, Any]]:
+    """A readable per-group summary: devices by GPU type, option, compute share."""
+    total = sum(g.compute for g in groups) or 1.0
+    rows = []
+    for i, (plan, group) in enumerate(zip(strategy.groups, groups)):
+        types: dict[str, int] = {}
+        for d in plan.devices:
+            t = topology.devices[d].type
+            types[t] = types.get(t, 0) + 1
+        rows.append({"group": i, "ops": len(group.ops), "compute_share": round(group.compute / total, 4),
+                     "option": plan.option.value, "devices": list(plan.devices), "by_type": types})
+    return rows
