@@ -35,3 +35,7 @@ class ClusterError(TagError):
 
 class DeadlineExceeded(TagError):
     """A pass ran past its deadline."""
+
+
+class VerificationError(TagError):
+    """`verify=True`: the distributed graph does not train like the original."""

@@ -99,7 +99,7 @@ def batch_variants(graph: Graph, batch_size: int | None = None,
         return g1, g2, b1, b2
     if rebuild is not None:
         return graph, rebuild(b2), b1, b2
-    gd2 = substitute_batch(graph.to_graph_def(), input_shapes(b2), b1, b2)
+    gd2 = substitute_batch(graph.to_graph_def(), input_shapes(b2), b1, b2, frozenset(training_ops(graph)))
     try:
         g2 = from_graph_def(gd2, **kwargs)
     except GraphError as e:

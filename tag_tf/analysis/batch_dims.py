@@ -112,15 +112,19 @@ SHAPE_LIKE_INPUTS: Mapping[str, tuple[int, ...]] = {
     "UnsortedSegmentMin": (2,), "UnsortedSegmentProd": (2,), "Range": (0, 1, 2), "SplitV": (1,),
     "ResizeBilinear": (1,), "ResizeNearestNeighbor": (1,), "BroadcastArgs": (0, 1),
     "BroadcastGradientArgs": (0, 1), "Pad": (1,), "PadV2": (1,), "MirrorPad": (1,),
+    "QueueDequeueManyV2": (1,), "QueueDequeueMany": (1,), "QueueDequeueUpToV2": (1,), "QueueDequeueUpTo": (1,),
 }
 
 
-def substitute_batch(graph_def, inputs: Mapping[str, tuple[int, ...]], b1: int, b2: int):
+def substitute_batch(graph_def, inputs: Mapping[str, tuple[int, ...]], b1: int, b2: int,
+                     within: frozenset[str] | None = None):
     """A copy of a static-batch GraphDef at batch b2, for graphs we cannot rebuild.
 
-    Placeholder shapes are overridden; int constants feeding shape-like inputs have their entries
-    that are multiples of b1 rescaled to b2. This is a heuristic (a hidden size equal to a multiple of
-    the batch size would be rescaled too); the caller checks that shape inference still succeeds.
+    Placeholder shapes are overridden; int constants feeding shape-like inputs of ops in `within`
+    (the training ops; default all) have their entries that are multiples of b1 rescaled to b2.
+    This is a heuristic (a hidden size equal to a multiple of the batch size would be rescaled too);
+    the caller checks that shape inference still succeeds. Initialisers are outside `within`: their
+    shapes are the variables' and never carry the batch.
     """
     from tensorflow.core.framework import graph_pb2
     from tensorflow.python.framework import tensor_util
@@ -130,6 +134,8 @@ def substitute_batch(graph_def, inputs: Mapping[str, tuple[int, ...]], b1: int, 
     by_name = {n.name: n for n in gd.node}
     shape_like_consts: set[str] = set()
     for node in gd.node:
+        if within is not None and node.name not in within:
+            continue
         for pos in SHAPE_LIKE_INPUTS.get(node.op, ()):
             if pos < len(node.input) and not node.input[pos].startswith("^"):
                 src = TensorRef.parse(node.input[pos]).op

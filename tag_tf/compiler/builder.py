@@ -5,7 +5,7 @@ When the producer's state on its layout differs from what the consumer needs, a 
 inserted (and memoised, so all consumers share it):
 
   need \\ have   split (same shards)   split (other shards)   partial            full             local
-  split          as is                 Concat + SplitV        -                  SplitV / Slice   recompute globally, SplitV
+  split          as is                 Concat + SplitV        -                  SplitV           recompute globally, SplitV
   partial        as is (same devices)  -                      -                  replica 0 only, zeros elsewhere
   full           Concat                Concat                 AllReduce / AddN   as is            recompute globally
   local          as is (same shards)   recompute for layout   -                  recompute for layout
@@ -157,7 +157,10 @@ class GraphBuilder:
                                   self.f.cast(f"{name}/tag_local_rows", local_rows, "int32", dtype, device),
                                   self.f.cast(f"{name}/tag_total_rows", total, "int32", dtype, device),
                                   dtype, device)
-        return self.f.binary(f"{name}/tag_scaled", "Mul", f"{name}:0", ratio, dtype, device) + ":0"
+        # A replica can get no rows when a run-time batch is smaller than the replica count: its
+        # Mean is then NaN, and MulNoNan makes its zero share contribute exactly 0.
+        op = "Mul" if lay.counts else "MulNoNan"
+        return self.f.binary(f"{name}/tag_scaled", op, f"{name}:0", ratio, dtype, device) + ":0"
 
     # =========================================================================================
     # Materialization

@@ -230,12 +230,13 @@ class Graph:
 
     @property
     def fingerprint(self) -> str:
-        """A stable hash of the graph's structure and attributes (keys caches of profiles and plans)."""
+        """A stable hash of the graph's structure and attributes (keys caches of profiles and plans).
+
+        The same model built twice must hash alike, even in one process: `_output_shapes` (present
+        only in exported graphs) is ignored, and functions (cond/while bodies) are named by order of
+        first use, since TF names them with process-wide counters."""
         if self._fingerprint is None:
-            h = hashlib.sha256()
-            for name in self.order:
-                h.update(self._node_defs[name].SerializeToString(deterministic=True))
-            self._fingerprint = h.hexdigest()[:16]
+            self._fingerprint = _fingerprint(self, [self._node_defs[n] for n in self.order])
         return self._fingerprint
 
     def to_graph_def(self) -> Any:
@@ -253,6 +254,47 @@ class Graph:
     def with_meta(self, meta: GraphMeta) -> "Graph":
         g = Graph(self, self._node_defs, meta, self.variables.values(), self.library, self.versions)
         return g
+
+
+def _fingerprint(graph: "Graph", nodes: list[Any]) -> str:
+    functions = {f.signature.name: f for f in graph.library.function} if graph.library is not None else {}
+    canonical: dict[str, str] = {}
+
+    def canon(node_like: Any) -> bytes:
+        copy = type(node_like)()
+        copy.CopyFrom(node_like)
+        if "_output_shapes" in copy.attr:
+            del copy.attr["_output_shapes"]
+        for key in sorted(copy.attr):            # protobuf maps iterate in no fixed order
+            _rename_functions(copy.attr[key], functions, canonical)
+        return copy.SerializeToString(deterministic=True)
+
+    h = hashlib.sha256()
+    for node in nodes:
+        h.update(canon(node))
+    done: set[str] = set()
+    while len(done) < len(canonical):            # bodies of the functions used, in first-use order
+        for name in [n for n in canonical if n not in done]:
+            done.add(name)
+            fdef = functions[name]
+            h.update(canonical[name].encode())
+            for inner in fdef.node_def:
+                h.update(canon(inner))
+            signature = type(fdef.signature)()
+            signature.CopyFrom(fdef.signature)
+            signature.name = ""                   # the counter-laden name is replaced by canonical[name]
+            for arg in (*signature.input_arg, *signature.output_arg):
+                arg.ClearField("handle_data")     # shape annotations, like _output_shapes
+            h.update(signature.SerializeToString(deterministic=True))
+    return h.hexdigest()[:16]
+
+
+def _rename_functions(value: Any, functions: Mapping[str, Any], canonical: dict[str, str]) -> None:
+    kind = value.WhichOneof("value")
+    targets = [value.func] if kind == "func" else list(value.list.func) if kind == "list" else []
+    for func in targets:
+        if func.name in functions:
+            func.name = canonical.setdefault(func.name, f"fn{len(canonical)}")
 
 
 def attr_value_to_python(value: Any) -> Any:

@@ -81,10 +81,12 @@ def infer_shapes(graph_def: Any, input_shapes: Mapping[str, tuple[int, ...]] | N
     from tensorflow.core.framework import graph_pb2
 
     gd = graph_def
-    if input_shapes:
+    dequeues = [n for n in graph_def.node if n.op in _DEQUEUE_OPS]
+    if input_shapes or dequeues:
         gd = graph_pb2.GraphDef()
         gd.CopyFrom(graph_def)
-        _override_input_shapes(gd, input_shapes)
+        _standin_dequeues(gd, input_shapes or {})
+        _override_input_shapes(gd, input_shapes or {})
     g = tf.Graph()
     try:
         with g.as_default():
@@ -102,6 +104,50 @@ def _tensor_info(t: Any) -> TensorInfo:
     shape = t.shape
     dims = None if shape.rank is None else tuple(-1 if d is None else int(d) for d in shape.as_list())
     return TensorInfo(t.dtype.name, dims)
+
+
+_DEQUEUE_OPS = frozenset({"QueueDequeueManyV2", "QueueDequeueUpToV2", "QueueDequeueMany", "QueueDequeueUpTo"})
+
+
+def _standin_dequeues(gd: Any, overrides: Mapping[str, tuple[int, ...]]) -> None:
+    """TF cannot type a queue dequeue from its GraphDef (the element shapes live on the queue op).
+    For shape inference only, replace each dequeue by IdentityN over placeholders of the queue's
+    component types and shapes, batch `n` first (or the override): consumers keep reading `deq:i`."""
+    from tensorflow.core.framework import tensor_shape_pb2
+    from tensorflow.python.framework import tensor_util
+
+    by_name = {n.name: n for n in gd.node}
+    for i, node in enumerate(list(gd.node)):
+        if node.op not in _DEQUEUE_OPS or not node.input:
+            continue
+        queue = by_name.get(TensorRef.parse(node.input[0]).op)
+        if queue is None or "shapes" not in queue.attr or not queue.attr["shapes"].list.shape:
+            continue
+        n_node = by_name.get(TensorRef.parse(node.input[1]).op) if len(node.input) > 1 else None
+        batch = -1
+        if n_node is not None and n_node.op == "Const" and node.op.startswith("QueueDequeueMany"):
+            batch = int(tensor_util.MakeNdarray(n_node.attr["value"].tensor))
+        types = list(queue.attr["component_types"].list.type)
+        names = []
+        for k, (dtype, elem) in enumerate(zip(types, queue.attr["shapes"].list.shape)):
+            dims = overrides.get(f"{node.name}:{k}")
+            if dims is None:
+                dims = (batch,) + tuple(d.size for d in elem.dim)
+            ph = gd.node.add()
+            ph.name = f"{node.name}/tag_standin_{k}"
+            ph.op = "Placeholder"
+            ph.attr["dtype"].type = dtype
+            shape = tensor_shape_pb2.TensorShapeProto()
+            for d in dims:
+                shape.dim.add().size = int(d)
+            ph.attr["shape"].shape.CopyFrom(shape)
+            names.append(ph.name)
+        control = [x for x in node.input if x.startswith("^")]
+        node.op = "IdentityN"
+        node.ClearField("attr")
+        node.attr["T"].list.type.extend(types)
+        del node.input[:]
+        node.input.extend(names + control)
 
 
 def _override_input_shapes(gd: Any, input_shapes: Mapping[str, tuple[int, ...]]) -> None:
@@ -122,6 +168,8 @@ def _override_input_shapes(gd: Any, input_shapes: Mapping[str, tuple[int, ...]])
         if node.name not in by_op:
             continue
         found.add(node.name)
+        if node.op in _DEQUEUE_OPS:
+            continue        # typed by _standin_dequeues (from the queue's shapes and `n`)
         if node.op in ("Placeholder", "PlaceholderWithDefault"):
             node.attr["shape"].shape.CopyFrom(shape_proto(by_op[node.name][0]))
         elif "output_shapes" in node.attr:

@@ -122,7 +122,7 @@ def _progress(enabled: bool, total: int):
         return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, desc="tag_tf search", unit="sim", leave=False)
+    return tqdm(total=total, desc="tag_tf: planning", unit="sim", leave=False, disable=None)
 
 
 def describe(strategy: Strategy, topology: Any, groups: Sequence[Any]) -> list[dict[str, Any]]:

@@ -118,3 +118,53 @@ def test_dangling_input_is_reported():
     node.input.append("missing:0")
     with pytest.raises(GraphError, match="missing"):
         from_graph_def(gd, require_train_op=False)
+
+
+def _cond_graph():
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 2], name="x")
+        w = tf.compat.v1.get_variable("w", [2, 1])
+        step = tf.compat.v1.train.get_or_create_global_step()
+        y = tf.cond(step > 3, lambda: tf.matmul(x, w), lambda: tf.matmul(x, w) * 2.0)
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_mean(y, name="loss"),
+                                                                  global_step=step, name="train_op")
+    return g
+
+
+def test_fingerprint_ignores_function_counters_and_shape_annotations():
+    """TF names cond/while functions with process-wide counters: the same model rebuilt in one
+    process, or exported with shapes, must keep its fingerprint (it keys the plan cache)."""
+    g1, g2 = _cond_graph(), _cond_graph()
+    names = lambda g: {f.signature.name for f in g.as_graph_def().library.function}
+    assert names(g1) != names(g2)
+    fingerprints = {from_graph_def(g1.as_graph_def()).fingerprint, from_graph_def(g2.as_graph_def()).fingerprint,
+                    from_graph_def(g1.as_graph_def(add_shapes=True)).fingerprint}
+    assert len(fingerprints) == 1
+
+
+def test_queue_inputs_get_shapes_from_the_queue():
+    import tensorflow as tf
+
+    from tag_tf.analysis import analyze
+    from tag_tf.analysis.analyzer import uniform_weights
+    from tag_tf.analysis.states import Kind
+    from tag_tf.context import PassContext
+
+    g = tf.Graph()
+    with g.as_default():
+        q = tf.queue.FIFOQueue(100, [tf.float32, tf.int32], shapes=[[4], []])
+        q.enqueue_many([tf.random.normal([32, 4]), tf.zeros([32], tf.int32)])
+        x, y = q.dequeue_many(8)
+        w = tf.compat.v1.get_variable("w", [4, 3])
+        logits = tf.matmul(x, w)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="loss")
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train_op")
+    ir = from_graph_def(g.as_graph_def())
+    assert len(ir.meta.feeds) == 2 and ir.meta.batch_size == 8
+    assert ir.tensor(logits.name).shape == (8, 3)
+    a = analyze(PassContext(), ir, weight_fn=uniform_weights)
+    assert a.unclassified() == []
+    assert a.annotations[logits.op.name].outputs[0].kind is Kind.SPLIT

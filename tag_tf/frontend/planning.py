@@ -1,0 +1,193 @@
+"""Which strategy a graph trains with: resolving the user's request, the planner, and the plan cache.
+
+A request is "auto" (the best plan the planner can give), "dp", "dp-p", a `Strategy`, or the path of a
+strategy JSON file. Planned strategies ("auto", "dp", "dp-p") are cached on disk, keyed by the graph's
+fingerprint, the topology's fingerprint and the request, so the second run of a script does not plan
+again. Given strategies (objects, files) are only validated.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from typing import Any, Callable
+
+from tag_tf.errors import StrategyError
+from tag_tf.strategy import Strategy
+
+log = logging.getLogger("tag_tf.planning")
+
+PLANNED = ("auto", "dp", "dp-p")
+CACHE_FORMAT = "tag_tf.plan/1"
+CACHE_ENV = "TAG_TF_CACHE_DIR"
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A resolved strategy and where it came from."""
+
+    strategy: Strategy
+    request: str                 # "auto" | "dp" | "dp-p" | "file:<path>" | "strategy:<fingerprint>"
+    cache_hit: bool = False      # the strategy was read from the plan cache (no planning)
+    cache_path: str | None = None
+    seconds: float = 0.0         # time spent planning (0 on a cache hit)
+
+    def describe(self) -> str:
+        name = self.strategy.name or "strategy"
+        where = "plan cache hit" if self.cache_hit else (
+            f"planned in {self.seconds:.2f} s" if self.request in PLANNED else "given")
+        return f"{name} ({where})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines and the "auto" choice
+# ---------------------------------------------------------------------------------------------
+DEFAULT_BUDGET_S = 30.0
+
+
+def baseline(name: str, analysis: Any, topology: Any) -> Strategy:
+    """The named baseline ("dp" or "dp-p") for this analysis on this topology, stamped with both."""
+    from tag_tf.search import baselines
+
+    try:
+        strategy = baselines.baseline(name, len(analysis.grouping.groups), topology)
+    except ValueError as e:
+        raise StrategyError(str(e)) from None
+    return dataclasses.replace(strategy, graph=analysis.graph.fingerprint, topology=topology.fingerprint)
+
+
+def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None) -> Strategy:
+    """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds:
+    the better DP baseline by simulation, improved by the simulator-driven local search (the
+    GNN-guided MCTS replaces the search when it lands). Shows a progress bar on terminals."""
+    from tag_tf.search.local_search import local_search
+    from tag_tf.sim.simulator import Simulator
+
+    budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
+    result = local_search(Simulator(analysis, topology), topology, budget_s=budget, progress=True)
+    log.info("auto plan: %.3g ms per iteration simulated (dp %.3g ms, dp-p %.3g ms), %d simulations in %.1f s",
+             result.iteration_time_s * 1e3, result.baselines["dp"] * 1e3, result.baselines["dp-p"] * 1e3,
+             result.evaluations, result.seconds)
+    return dataclasses.replace(result.strategy, name="auto", graph=analysis.graph.fingerprint,
+                               topology=topology.fingerprint)
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+# ---------------------------------------------------------------------------------------------
+def request_key(request: Any) -> str:
+    """A stable name for a strategy request (part of the cache key and of log lines)."""
+    if isinstance(request, Strategy):
+        return f"strategy:{request.fingerprint}"
+    if isinstance(request, (str, os.PathLike)):
+        text = os.fspath(request)
+        if text in PLANNED:
+            return text
+        return f"file:{os.path.abspath(text)}"
+    raise StrategyError(f"strategy: expected 'auto', 'dp', 'dp-p', a Strategy or a JSON file path, "
+                        f"got {type(request).__name__}")
+
+
+def check_request(request: Any) -> None:
+    """Raise StrategyError now for a request that can never resolve (unknown name, missing file)."""
+    key = request_key(request)
+    if key.startswith("file:") and not os.path.exists(os.fspath(request)):
+        raise StrategyError(f"strategy {os.fspath(request)!r}: not one of {', '.join(PLANNED)} nor an "
+                            f"existing strategy JSON file")
+
+
+def _given(request: Any) -> Strategy:
+    if isinstance(request, Strategy):
+        return request
+    check_request(request)
+    return Strategy.load(os.fspath(request))
+
+
+def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cache_dir: str | None = None,
+                     budget_s: float | None = None,
+                     planner: Callable[[Any, Any, str, float | None], Strategy] | None = None) -> Plan:
+    """The strategy to compile `analysis` with on `topology`.
+
+    `planner(analysis, topology, request, budget_s)` plans "auto"/"dp"/"dp-p" (default: `plan`);
+    its result is cached under `cache_dir` (default: $TAG_TF_CACHE_DIR or ~/.cache/tag_tf).
+    """
+    key = request_key(request)
+    groups = len(analysis.grouping.groups)
+    if key not in PLANNED:
+        strategy = _given(request)
+        strategy.validate(groups, topology.num_devices, graph=analysis.graph.fingerprint,
+                          topology=topology.fingerprint)
+        return Plan(strategy, key)
+    cache = PlanCache(cache_dir)
+    path = cache.path(analysis.graph.fingerprint, topology.fingerprint, key, groups)
+    cached = cache.load(path)
+    if cached is not None:
+        try:
+            cached.validate(groups, topology.num_devices)
+        except StrategyError as e:   # a stale or hand-edited entry: plan again
+            log.warning("ignoring plan cache entry %s: %s", path, e)
+        else:
+            log.info("plan cache hit: %s", path)
+            return Plan(cached, key, cache_hit=True, cache_path=path)
+    start = time.perf_counter()
+    strategy = (planner or plan)(analysis, topology, key, budget_s)
+    strategy.validate(groups, topology.num_devices)
+    seconds = time.perf_counter() - start
+    cache.store(path, strategy, key)
+    return Plan(strategy, key, cache_hit=False, cache_path=path, seconds=seconds)
+
+
+def plan(analysis: Any, topology: Any, request: str, budget_s: float | None) -> Strategy:
+    """Plan a strategy for a PLANNED request (the hook the real search plugs into via choose_auto)."""
+    if request == "auto":
+        return choose_auto(analysis, topology, budget_s)
+    return baseline(request, analysis, topology)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan cache
+# ---------------------------------------------------------------------------------------------
+def default_cache_dir() -> str:
+    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tag_tf")
+
+
+class PlanCache:
+    """Strategies on disk, one JSON file per (graph, topology, request, number of groups)."""
+
+    def __init__(self, root: str | None = None):
+        self.root = os.path.join(root or default_cache_dir(), "plans")
+
+    def path(self, graph: str, topology: str, request: str, groups: int) -> str:
+        key = json.dumps({"format": CACHE_FORMAT, "graph": graph, "topology": topology,
+                          "request": request, "groups": groups}, sort_keys=True)
+        return os.path.join(self.root, hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
+
+    def load(self, path: str) -> Strategy | None:
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            return Strategy.from_dict(data["strategy"], source=path)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, StrategyError) as e:
+            log.warning("unreadable plan cache entry %s (%s); planning again", path, e)
+            return None
+
+    def store(self, path: str, strategy: Strategy, request: str) -> None:
+        """Write atomically (two processes may plan the same graph at once); a read-only or full
+        disk only costs the next run a re-plan."""
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump({"format": CACHE_FORMAT, "request": request, "strategy": strategy.to_dict()}, f)
+            os.replace(tmp, path)
+        except OSError as e:
+            log.warning("cannot write the plan cache %s (%s)", path, e)
+
+
+__all__ = ["Plan", "PlanCache", "baseline", "check_request", "choose_auto", "default_cache_dir", "plan",
+           "request_key", "resolve_strategy"]
