@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from tag_tf.analysis import annotate as ann_mod
-from tag_tf.analysis.batch_dims import BatchDims, compare, substitute_batch
+from tag_tf.analysis.batch_dims import SUBSTITUTIONS, BatchDims, compare, substitute_batch
 from tag_tf.analysis.grouping import Grouping, colocation_pairs, group_ops
 from tag_tf.analysis.simplify import PlanningGraph, simplify, training_ops
 from tag_tf.analysis.states import OpAnnotation
@@ -99,14 +99,20 @@ def batch_variants(graph: Graph, batch_size: int | None = None,
         return g1, g2, b1, b2
     if rebuild is not None:
         return graph, rebuild(b2), b1, b2
-    gd2 = substitute_batch(graph.to_graph_def(), input_shapes(b2), b1, b2, frozenset(training_ops(graph)))
-    try:
-        g2 = from_graph_def(gd2, **kwargs)
-    except GraphError as e:
-        raise GraphError(f"cannot infer batch dimensions: the graph has its batch size ({b1}) baked in "
-                         f"where tag_tf cannot rescale it ({e}); export it with a dynamic batch "
-                         "dimension (None) in its placeholders") from None
-    return graph, g2, b1, b2
+    # Rescale the constants that hold the batch size, most conservative reading first (a channel
+    # count that happens to equal the batch, or a multiple of it, must stay), keeping the first
+    # reading under which the graph type-checks at the second batch size.
+    within = frozenset(training_ops(graph))
+    error = None
+    for mode in SUBSTITUTIONS:
+        gd2 = substitute_batch(graph.to_graph_def(), input_shapes(b2), b1, b2, within, mode=mode)
+        try:
+            return graph, from_graph_def(gd2, **kwargs), b1, b2
+        except GraphError as e:
+            error = e
+    raise GraphError(f"cannot infer batch dimensions: the graph has its batch size ({b1}) baked in "
+                     f"where tag_tf cannot rescale it ({error}); export it with a dynamic batch "
+                     "dimension (None) in its placeholders")
 
 
 def compute_weights(graph_b1: Graph, planning: PlanningGraph) -> np.ndarray:

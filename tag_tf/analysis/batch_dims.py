@@ -116,12 +116,17 @@ SHAPE_LIKE_INPUTS: Mapping[str, tuple[int, ...]] = {
 }
 
 
+SUBSTITUTIONS = ("leading", "equal", "multiples")
+
+
 def substitute_batch(graph_def, inputs: Mapping[str, tuple[int, ...]], b1: int, b2: int,
-                     within: frozenset[str] | None = None):
+                     within: frozenset[str] | None = None, mode: str = "multiples"):
     """A copy of a static-batch GraphDef at batch b2, for graphs we cannot rebuild.
 
     Placeholder shapes are overridden; int constants feeding shape-like inputs of ops in `within`
-    (the training ops; default all) have their entries that are multiples of b1 rescaled to b2.
+    (the training ops; default all) are rescaled to b2 where they hold the batch size: `mode`
+    "leading" rescales a first entry equal to b1 (the batch leads TF's shape vectors), "equal" every
+    entry equal to b1, "multiples" every multiple of b1 (flattened [B*T] shapes).
     This is a heuristic (a hidden size equal to a multiple of the batch size would be rescaled too);
     the caller checks that shape inference still succeeds. Initialisers are outside `within`: their
     shapes are the variables' and never carry the batch.
@@ -146,7 +151,15 @@ def substitute_batch(graph_def, inputs: Mapping[str, tuple[int, ...]], b1: int, 
         value = tensor_util.MakeNdarray(node.attr["value"].tensor)
         if not np.issubdtype(value.dtype, np.integer) or value.ndim > 1:
             continue
-        scaled = np.where((value > 0) & (value % b1 == 0), value // b1 * b2, value).astype(value.dtype)
+        if mode == "multiples":
+            hit = (value > 0) & (value % b1 == 0)
+        elif mode == "equal":
+            hit = value == b1
+        else:
+            hit = np.zeros(value.shape, dtype=bool)
+            if value.size and value.reshape(-1)[0] == b1:
+                hit.reshape(-1)[0] = True
+        scaled = np.where(hit, value // b1 * b2, value).astype(value.dtype)
         if not np.array_equal(scaled, value):
             node.attr["value"].tensor.CopyFrom(tensor_util.make_tensor_proto(scaled, dtype=value.dtype,
                                                                            shape=value.shape))

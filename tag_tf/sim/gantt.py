@@ -21,12 +21,13 @@ _MAX_LEGEND = 20
 
 
 def plot_gantt(graph: TaskGraph, result: SimResult, path: str | os.PathLike, title: str | None = None,
-               categories: tuple[str, ...] | None = None, time_unit: str = "ms") -> str:
+               categories: tuple[str, ...] | None = None, time_unit: str = "ms", hide_idle: bool = False) -> str:
     """Draw the schedule to `path` (PNG) and return the path.
 
     Rows: every resource (tasks holding several resources appear on each of their rows) plus a
-    "no resource" row when some task holds none. Colours: `categories` (one per task) if given,
-    else graph.categories, else the kind of the task's first resource. time_unit: "s", "ms" or "us".
+    "no resource" row when some task holds none; `hide_idle` drops rows no task used (a cluster has
+    many links a plan never touches). Colours: `categories` (one per task) if given, else
+    graph.categories, else the kind of the task's first resource. time_unit: "s", "ms" or "us".
     """
     scale = {"s": 1.0, "ms": 1e3, "us": 1e6}[time_unit]
     n = graph.num_tasks
@@ -57,6 +58,8 @@ def plot_gantt(graph: TaskGraph, result: SimResult, path: str | os.PathLike, tit
     free_tasks = np.flatnonzero(nres == 0)
     if free_tasks.size:
         rows.append(("no resource", free_tasks))
+    if hide_idle:
+        rows = [(name, tasks) for name, tasks in rows if tasks.size]
 
     height = min(0.35 * len(rows) + 1.5, 60.0)
     fig = Figure(figsize=(14, height), dpi=100)
