@@ -1,4 +1,52 @@
-"""tag_tf: TAG for TensorFlow graphs. `tag_tf.distribute` trains existing TF1 code distributed."""
-from tag_tf.frontend.distribute import distribute
+"""tag_tf: deploy unchanged TF1 training graphs across heterogeneous GPU clusters (TAG).
 
-__all__ = ["distribute"]
+The one line most users need::
+
+    with tag_tf.distribute(strategy="auto", topology="testbed"):   # or a topology file, or local GPUs
+        ...existing tf.compat.v1 training code...
+
+The pipeline underneath, for programs that drive it themselves::
+
+    graph = tag_tf.ir.from_graph_def(graph_def)                    # IR
+    analysis = tag_tf.analyze(tag_tf.PassContext(), graph)         # batch dims, categories, groups
+    sim = tag_tf.Simulator(analysis, tag_tf.load_topology("testbed"))
+    report = sim.simulate(strategy)                                # predicted iteration (simulated)
+    compiled = tag_tf.compile_strategy(ctx, analysis, strategy, tag_tf.DeviceMap.local_cpus(4))
+
+Names are imported on first use, so `import tag_tf` stays cheap (TensorFlow loads when needed).
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "distribute": "tag_tf.frontend.distribute",
+    "analyze": "tag_tf.analysis",
+    "Analysis": "tag_tf.analysis",
+    "PassContext": "tag_tf.context",
+    "Options": "tag_tf.context",
+    "Strategy": "tag_tf.strategy",
+    "GroupPlan": "tag_tf.strategy",
+    "Option": "tag_tf.strategy",
+    "Topology": "tag_tf.topology.spec",
+    "load_topology": "tag_tf.topology.parse",
+    "Simulator": "tag_tf.sim.simulator",
+    "compile_strategy": "tag_tf.compiler",
+    "DeviceMap": "tag_tf.compiler",
+    "build_model": "tag_tf.models",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tag_tf' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

@@ -19,13 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"tag_tf.frontend.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"tag_tf.frontend.commands.{name}":
-                continue   # not built yet
-            raise
-        module.register(sub)
+        importlib.import_module(f"tag_tf.frontend.commands.{name}").register(sub)
     return parser
 
 

@@ -1,0 +1,49 @@
+"""`tag-tf plan`: the planner's strategy for a model on a topology (simulated), as a strategy JSON."""
+from __future__ import annotations
+
+import json
+import sys
+
+from tag_tf.frontend.loading import add_model_args, analysis_for, load
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="plan a strategy for a model on a topology (simulated)")
+    add_model_args(p)
+    p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED) or file")
+    p.add_argument("--budget", type=float, default=30.0, help="search budget in seconds (default 30)")
+    p.add_argument("--groups", type=int, default=60)
+    p.add_argument("--out", help="write the strategy JSON here (usable with simulate/verify/distribute)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from tag_tf.context import Options, PassContext
+    from tag_tf.search.local_search import describe, local_search
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.parse import load_topology
+
+    topology = load_topology(args.topology)
+    ctx = PassContext(Options(num_groups=args.groups))
+    loaded = load(args)
+    analysis = analysis_for(loaded, args, ctx)
+    result = local_search(Simulator(analysis, topology), topology, budget_s=args.budget, progress=not args.json)
+    if args.out:
+        result.strategy.save(args.out)
+    out = {"model": loaded.source, "topology": topology.name, "simulated": True,
+           "iteration_time_s": result.iteration_time_s,
+           "baselines_s": result.baselines, "speedup_over_dp": result.speedup_over_dp,
+           "evaluations": result.evaluations, "search_s": round(result.seconds, 2),
+           "strategy": result.strategy.to_dict(),
+           "groups": describe(result.strategy, topology, analysis.grouping.groups)}
+    if args.json:
+        json.dump(out, sys.stdout)
+        print()
+        return 0
+    print(f"{loaded.source} on {topology.name}: {result.iteration_time_s * 1e3:.2f} ms per iteration "
+          f"(simulated); DP {result.baselines['dp'] * 1e3:.2f} ms, DP-P {result.baselines['dp-p'] * 1e3:.2f} ms; "
+          f"speed-up over DP {result.speedup_over_dp:.2f}x ({result.evaluations} strategies in {result.seconds:.1f} s)")
+    if args.out:
+        print(f"strategy written to {args.out}")
+    return 0

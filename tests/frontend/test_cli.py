@@ -1,0 +1,77 @@
+"""The `tag-tf` command line: JSON fields promised to users and one-line errors."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tag_tf.frontend.cli import main
+
+
+def run_json(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, (json.loads(captured.out) if code == 0 else None), captured.err
+
+
+def test_analyze_json_fields(capsys):
+    code, out, _ = run_json(capsys, "analyze", "--model", "cnn", "--tiny", "--groups", "8", "--json")
+    assert code == 0
+    for key in ("ops", "simplified_ops", "groups", "categories", "unclassified", "group_balance"):
+        assert key in out
+    assert set(out["categories"]) == {"concat", "sum", "other"}
+    assert out["unclassified"] == [] and out["groups"] <= 8 and out["simplified_ops"] < out["ops"]
+
+
+def test_analyze_own_graph_file(capsys, tmp_path):
+    from tag_tf.models import build_model
+
+    model = build_model("mlp", tiny=True, dynamic_batch=True)
+    path = tmp_path / "mine.meta"
+    path.write_bytes(model.meta_graph_def.SerializeToString())
+    code, out, _ = run_json(capsys, "analyze", "--graph", str(path), "--batch", "16", "--json")
+    assert code == 0 and out["dynamic_batch"] is True and out["batch_size"] == 16
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["analyze", "--model", "resnet5000", "--json"], "resnet5000"),
+    (["analyze", "--graph", "/nonexistent/g.pb", "--json"], "no such graph file"),
+    (["simulate", "--model", "mlp", "--tiny", "--topology", "nowhere.yaml"], "nowhere.yaml"),
+    (["verify", "--model", "mlp", "--tiny", "--devices", "3", "--processes", "2"], "multiple of --processes"),
+])
+def test_bad_input_exits_with_one_line(capsys, argv, message):
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1
+
+
+def test_graph_without_train_op(capsys, tmp_path):
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.reduce_sum(tf.compat.v1.placeholder(tf.float32, [4, 2], name="x") * 2.0, name="out")
+    path = tmp_path / "inference.pbtxt"
+    tf.io.write_graph(g.as_graph_def(), str(tmp_path), "inference.pbtxt", as_text=True)
+    code = main(["analyze", "--graph", str(path), "--json"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "no train op" in err and len(err.splitlines()) == 1
+
+
+def test_plan_then_simulate_the_plan(capsys, tmp_path):
+    plan_file = tmp_path / "plan.json"
+    code, out, _ = run_json(capsys, "plan", "--model", "mlp", "--tiny", "--batch", "32", "--topology", "testbed",
+                            "--budget", "5", "--out", str(plan_file), "--json")
+    assert code == 0 and out["simulated"] and out["speedup_over_dp"] >= 1.0
+    code, sim, _ = run_json(capsys, "simulate", "--model", "mlp", "--tiny", "--batch", "32", "--topology", "testbed",
+                            "--strategy", str(plan_file), "--json")
+    assert code == 0 and sim["iteration_time_s"] == pytest.approx(out["iteration_time_s"])
+
+
+def test_verify_json(capsys):
+    code, out, _ = run_json(capsys, "verify", "--model", "mlp", "--tiny", "--devices", "3", "--strategy", "random",
+                            "--steps", "2", "--seed", "4", "--shares", "1,2,1", "--json")
+    assert code == 0
+    for key in ("max_rel_diff", "steps", "devices", "ok"):
+        assert key in out
+    assert out["ok"] and out["devices"] == 3 and out["steps"] == 2
