@@ -1,0 +1,77 @@
+"""Several machines: server processes on 127.0.0.1, cross-process collectives, dead workers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import analysis_of, batches
+from tag_tf.compiler import DeviceMap, compile_strategy
+from tag_tf.context import PassContext
+from tag_tf.errors import ClusterError
+from tag_tf.runtime.cluster import ClusterSpec, cpu_topology, local_cluster
+from tag_tf.runtime.equivalence import check_equivalence
+from tag_tf.search.baselines import random_strategy
+from tag_tf.strategy import Option, Strategy
+
+
+def test_two_server_processes_train_equivalently_then_a_dead_worker_is_named():
+    import tensorflow as tf
+
+    model, a = analysis_of("mlp")
+    devices = DeviceMap.for_topology(cpu_topology(2, 2))
+    strategies = [Strategy.uniform(len(a.grouping.groups), (0, 1, 2, 3), Option.ALLREDUCE, shares=(1, 2, 1, 1)),
+                  random_strategy(len(a.grouping.groups), 4, np.random.default_rng(11))]
+    feeds = batches(model, 2)
+    with local_cluster(2, 2, timeout_ms=20_000) as (spec, procs):
+        for strategy in strategies:
+            compiled = compile_strategy(PassContext(), a, strategy, devices, check=True)
+            result = check_equivalence(a, compiled, feeds, 2, target=spec.target, config=spec.session_config())
+            assert result.ok, result.max_rel_diff
+        assert compiled.graph_def.node and any("task:1" in n.device for n in compiled.graph_def.node)
+        procs[1].kill()
+        procs[1].wait()
+        with pytest.raises(ClusterError, match="task 1"):
+            spec.check()
+        with pytest.raises(tf.errors.OpError) as info:
+            check_equivalence(a, compiled, feeds, 1, target=spec.target, config=spec.session_config())
+        assert "task 1" in str(spec.explain(info.value))
+
+
+def test_cluster_file_errors(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("tasks: [nohostport]\n")
+    with pytest.raises(ClusterError, match=r"tasks\[0\]"):
+        ClusterSpec.load(str(bad))
+    with pytest.raises(ClusterError, match="cannot read"):
+        ClusterSpec.load(str(tmp_path / "missing.yaml"))
+    good = tmp_path / "ok.json"
+    ClusterSpec(("127.0.0.1:1", "127.0.0.1:2"), cpus_per_task=2).save(str(good))
+    spec = ClusterSpec.load(str(good))
+    assert spec.leader == "/job:worker/replica:0/task:0"
+    assert spec.server_config().experimental.collective_group_leader == spec.leader
+    assert spec.server_config().operation_timeout_in_ms > 0
+
+
+def test_nccl_all_reduce_among_gpus_of_one_machine():
+    """GPU devices of one machine synchronise with NcclAllReduce; across machines with
+    CollectiveReduceV2 (structure only: no GPU here to run it)."""
+    from tag_tf.topology.parse import load_topology
+
+    _, a = analysis_of("mlp")
+    one = load_topology({"name": "g", "machines": [{"name": "m", "gpus": "4x V100-32GB", "intra": "nvlink"}]})
+    two = load_topology({"name": "g2", "machines": [{"name": "a", "gpus": "2x V100-32GB"},
+                                                     {"name": "b", "gpus": "2x V100-32GB"}],
+                         "inter": {"switch": "100Gbps"}})
+    dp = Strategy.uniform(len(a.grouping.groups), (0, 1, 2, 3), Option.ALLREDUCE)
+    nodes = compile_strategy(PassContext(), a, dp, DeviceMap.for_topology(one)).graph_def.node
+    nccl = [n for n in nodes if n.op == "NcclAllReduce"]
+    assert nccl and not any(n.op == "CollectiveReduceV2" for n in nodes)
+    assert {n.attr["num_devices"].i for n in nccl} == {4}
+    assert all("GPU" in n.device for n in nccl)
+    # Every NcclAllReduce instance of one gradient shares its shared_name; instances are chained.
+    by_name: dict[bytes, int] = {}
+    for n in nccl:
+        by_name[n.attr["shared_name"].s] = by_name.get(n.attr["shared_name"].s, 0) + 1
+    assert set(by_name.values()) == {4}
+    nodes = compile_strategy(PassContext(), a, dp, DeviceMap.for_topology(two)).graph_def.node
+    assert any(n.op == "CollectiveReduceV2" for n in nodes) and not any(n.op == "NcclAllReduce" for n in nodes)
