@@ -279,6 +279,10 @@ NEEDS_FULL = frozenset({  # ops that genuinely need every sample (or whose outpu
     "SpaceToBatchND", "BatchToSpaceND", "SpaceToBatch", "BatchToSpace", "RandomShuffle",
     "ListDiff", "SetSize", "SparseToDense", "SparseReshape", "DynamicPartition", "DynamicStitch",
     "ParallelDynamicStitch", "SaveV2", "RestoreV2", "MergeV2Checkpoints", "Timestamp",
+    # Function calls and functional control flow (TF 2.x cond/while_loop): their bodies are not
+    # analysed, so they run on whole inputs (exact; not split).
+    "If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase", "PartitionedCall",
+    "StatefulPartitionedCall", "SymbolicGradient", "RemoteCall",
 })
 
 

@@ -17,6 +17,7 @@ from tag_tf.compiler.placement import Placement, resolve
 from tag_tf.context import PassContext
 from tag_tf.errors import CompileError, GraphError
 from tag_tf.ir import TensorRef
+from tag_tf.ir.opsets import CONTROL_FLOW_OPS
 from tag_tf.strategy import Strategy
 
 
@@ -45,6 +46,11 @@ def compile_strategy(ctx: PassContext, analysis: Analysis, strategy: Strategy, d
     from tensorflow.core.framework import graph_pb2
 
     graph = analysis.graph
+    v1_loops = [op for op in graph if op.type in CONTROL_FLOW_OPS]
+    if v1_loops:
+        raise CompileError(f"op {v1_loops[0].name!r} ({v1_loops[0].type}) is TF1 v1 control flow, which "
+                           "tag_tf does not compile; build the graph with control flow v2 (the TF 2.x "
+                           "default: do not call disable_control_flow_v2)")
     with ctx.timer("compile/placement"):
         placement = resolve(analysis, strategy, len(devices))
     with ctx.timer("compile/build"):

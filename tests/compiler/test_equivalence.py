@@ -154,3 +154,46 @@ def test_fused_batch_norm_statistics(exact):
     else:           # per-replica statistics (MirroredStrategy/Horovod convention): close, not equal
         assert result.max_rel_diff > 1e-6
         assert result.copies_max_diff < 1e-5      # replicas still apply the same averaged gradient
+
+
+def control_flow_net(batch: int, v2: bool = True):
+    """tf.cond and tf.while_loop in the training step."""
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+
+    from tag_tf.ir import from_graph_def
+
+    saved = control_flow_util.ENABLE_CONTROL_FLOW_V2
+    control_flow_util.ENABLE_CONTROL_FLOW_V2 = v2
+    try:
+        g = tf.Graph()
+        with g.as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [batch, 2], name="x")
+            w = tf.compat.v1.get_variable("w", [2, 3], initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
+            step = tf.compat.v1.train.get_or_create_global_step()
+            h = tf.cond(step > 1, lambda: tf.matmul(x, w), lambda: tf.matmul(x, w) * 2.0)
+            scaled = tf.while_loop(lambda i, acc: i < 3, lambda i, acc: (i + 1, acc * 1.1), [0, h])[1]
+            loss = tf.reduce_mean(tf.square(scaled), name="loss")
+            tf.compat.v1.train.AdamOptimizer(0.1).minimize(loss, global_step=step, name="train_op")
+        return from_graph_def(g.as_graph_def())
+    finally:
+        control_flow_util.ENABLE_CONTROL_FLOW_V2 = saved
+
+
+def test_functional_control_flow_runs_whole_and_stays_exact():
+    from tag_tf.analysis import analyze
+    from tag_tf.errors import CompileError
+
+    a = analyze(PassContext(), control_flow_net(8), rebuild=control_flow_net)
+    assert a.unclassified() == []
+    rng = np.random.default_rng(0)
+    data = [{"x:0": rng.normal(size=(8, 2)).astype(np.float32)} for _ in range(STEPS)]
+    for seed in range(2):
+        strategy = random_strategy(len(a.grouping.groups), 3, np.random.default_rng(seed))
+        compiled = compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(3), check=True)
+        result = check_equivalence(a, compiled, lambda s: data[s], STEPS)
+        assert result.ok, result.max_rel_diff
+    v1 = analyze(PassContext(), control_flow_net(8, v2=False), rebuild=lambda b: control_flow_net(b, v2=False))
+    with pytest.raises(CompileError, match="v1 control flow"):
+        compile_strategy(PassContext(), v1, Strategy.uniform(len(v1.grouping.groups), (0, 1), Option.ALLREDUCE),
+                         DeviceMap.local_cpus(2))
