@@ -31,25 +31,27 @@ class UnitError(ValueError):
     """A value that is not a number or a number with a known unit."""
 
 
-def _number(value: object) -> float | None:
+def _plain(value: object, default_unit: float) -> float | None:
+    """A bare number (or numeric string) in `default_unit`, else None (it must carry a unit)."""
     if isinstance(value, bool):   # YAML `yes` is not a bandwidth
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        return float(value) * default_unit
+    if isinstance(value, str):
+        try:
+            return float(value.strip()) * default_unit
+        except ValueError:
+            return None
     return None
 
 
 def parse_bandwidth(value: object, default_unit: float) -> float:
     """bytes/s from a number (times `default_unit`, bytes/s per unit) or a string with a unit."""
-    n = _number(value)
+    n = _plain(value, default_unit)
     if n is not None:
-        return n * default_unit
+        return n
     if isinstance(value, str):
         s = value.strip()
-        try:
-            return float(s) * default_unit
-        except ValueError:
-            pass
         m = _BW_RE.match(s)
         if m:
             num, prefix, unit = m.groups()
@@ -61,15 +63,11 @@ def parse_bandwidth(value: object, default_unit: float) -> float:
 
 def parse_size(value: object, default_unit: float) -> float:
     """bytes from a number (times `default_unit`) or a string such as "16GiB"."""
-    n = _number(value)
+    n = _plain(value, default_unit)
     if n is not None:
-        return n * default_unit
+        return n
     if isinstance(value, str):
         s = value.strip()
-        try:
-            return float(s) * default_unit
-        except ValueError:
-            pass
         m = _SIZE_RE.match(s)
         if m:
             num, prefix, _ = m.groups()
@@ -79,15 +77,11 @@ def parse_size(value: object, default_unit: float) -> float:
 
 def parse_time(value: object, default_unit: float) -> float:
     """seconds from a number (times `default_unit`) or a string such as "5us"."""
-    n = _number(value)
+    n = _plain(value, default_unit)
     if n is not None:
-        return n * default_unit
+        return n
     if isinstance(value, str):
         s = value.strip()
-        try:
-            return float(s) * default_unit
-        except ValueError:
-            pass
         m = _TIME_RE.match(s)
         if m:
             return float(m.group(1)) * _TIME[m.group(2)]
