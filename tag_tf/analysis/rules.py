@@ -601,9 +601,11 @@ def rule_strided_slice(v: OpView) -> OpAnnotation | None:
     a = v.batch_state(0).axis
     if v.type == "Slice":
         begin = v.const(1)
-        if begin is None or int(np.atleast_1d(begin)[a]) != 0:
-            return None
-        return per_sample(v, "slice-keeps-batch")
+        if begin is not None:
+            return per_sample(v, "slice-keeps-batch") if int(np.atleast_1d(begin)[a]) == 0 else None
+        # A computed begin (e.g. ConcatOffset in a concat's gradient): if the output keeps the whole
+        # batch extent at both batch sizes, begin must be 0 there (begin + size <= extent).
+        return per_sample(v, "slice-keeps-batch") if v.out_split(0) == v.batch_state(0) else None
     strides, begin = v.const(3), v.const(1)
     if strides is None or np.any(np.asarray(strides) <= 0):
         return None
@@ -707,6 +709,11 @@ def decide(v: OpView) -> OpAnnotation:
         if result is not None:
             return result
     # Generic families.
+    if v.has(PART) and v.type in ADDITIVE and all(c in (PLAIN, PART) for c in v.classes):
+        # E.g. a weight-decay gradient plus the data gradient: aggregate the partial sum first
+        # (the same single all-reduce the update needs anyway), then add on whole values.
+        if not all(c == PART for c in v.classes):
+            return needs_full(v, "sum-whole-and-partial")
     if v.has(PART):
         linear = None
         if v.type in ADDITIVE:

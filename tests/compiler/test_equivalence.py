@@ -197,3 +197,44 @@ def test_functional_control_flow_runs_whole_and_stays_exact():
     with pytest.raises(CompileError, match="v1 control flow"):
         compile_strategy(PassContext(), v1, Strategy.uniform(len(v1.grouping.groups), (0, 1), Option.ALLREDUCE),
                          DeviceMap.local_cpus(2))
+
+
+def branchy_net(batch: int):
+    """Inception-style block: two conv branches concatenated along channels. Its gradient slices
+    the concat's gradient with begins computed by ConcatOffset (not constants)."""
+    import tensorflow as tf
+
+    from tag_tf.ir import from_graph_def
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [batch, 6, 6, 2], name="x")
+        y = tf.compat.v1.placeholder(tf.int32, [batch], name="y")
+        init = tf.compat.v1.glorot_uniform_initializer(seed=3)
+        k1 = tf.compat.v1.get_variable("k1", [1, 1, 2, 3], initializer=init)
+        k3 = tf.compat.v1.get_variable("k3", [3, 3, 2, 5], initializer=init)
+        h = tf.concat([tf.nn.relu(tf.nn.conv2d(x, k1, 1, "SAME")), tf.nn.relu(tf.nn.conv2d(x, k3, 1, "SAME"))], 3)
+        w = tf.compat.v1.get_variable("w", [6 * 6 * 8, 3], initializer=init)
+        logits = tf.matmul(tf.reshape(h, [batch, -1]), w)
+        loss = tf.add(tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)),
+                      1e-3 * tf.nn.l2_loss(w), name="loss")                # weight decay: whole + partial
+        tf.compat.v1.train.AdamOptimizer(0.01).minimize(loss, name="train_op")
+    return from_graph_def(g.as_graph_def())
+
+
+def test_concat_gradient_slices_stay_split():
+    from tag_tf.analysis import analyze
+    from tag_tf.analysis.states import Kind
+
+    a = analyze(PassContext(), branchy_net(8), rebuild=branchy_net)
+    slices = [n for n in a.annotations if a.graph.op(n).type == "Slice"]
+    assert slices and all(a.annotations[n].outputs[0].kind is Kind.SPLIT for n in slices)
+    rng = np.random.default_rng(1)
+    data = [{"x:0": rng.normal(size=(8, 6, 6, 2)).astype(np.float32),
+             "y:0": rng.integers(0, 3, size=8).astype(np.int32)} for _ in range(STEPS)]
+    strategies = [Strategy.uniform(len(a.grouping.groups), (0, 1, 2), Option.ALLREDUCE, shares=(1, 2, 1))] + \
+                 [random_strategy(len(a.grouping.groups), 3, np.random.default_rng(s)) for s in range(2)]
+    for strategy in strategies:
+        compiled = compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(3), check=True)
+        result = check_equivalence(a, compiled, lambda s: data[s], STEPS)
+        assert result.ok, result.max_rel_diff
