@@ -6,21 +6,33 @@
 
 Two local setups are modelled:
   * one TensorFlow process with N virtual CPU devices (`DeviceMap.local_cpus(N)`): topology `local:N`;
-  * P local server processes with n virtual CPU devices each (`runtime.cluster.local_cluster(P, n)`,
-    `DeviceMap.for_topology`): topology `cpu_topology(P, n)`, one topology machine per process.
+  * P local server processes with n virtual CPU devices each (`local_servers(P, n)`, a
+    `runtime.cluster.local_cluster`; `DeviceMap.for_topology`): topology `cpu_topology(P, n)`, one
+    topology machine per process.
 
-Threads. The simulator runs the ops of the CPU devices of one machine one at a time (they share the
-process's executor). We make that literally true: every process uses ONE inter-op thread (ops run
-one after another) and ONE intra-op thread (each op uses one core). The profile, the measurements
-below and the real runs all use this (`configure_threads` before TensorFlow starts, and
-`session_config`), so per-op times measured on one device add up the same way when ops of several
-virtual devices share the executor, and P processes on this machine's cores do not fight over
-intra-op threads. Grappler, constant folding and CSE are off, as in the profiler: every op runs as
-written, so the measured op is the op that runs.
+Runtime configuration (`configure_runtime` before TensorFlow is imported, `session_config` for
+every session; the profile, the measurements below and the real runs all use it):
+  * one intra-op thread per process: an op uses one core, as when it was profiled alone, and P
+    processes on this machine's cores do not fight over intra-op threads;
+  * one inter-op thread in a process that runs ops itself: the simulator runs the ops of all CPU
+    devices of one machine one at a time (they share the process's executor), and with one
+    inter-op thread that is literally what TensorFlow does;
+  * SERVER_INTER_OP_THREADS (2) in server processes: a gRPC worker runs its request handlers
+    (RecvTensor, RecvBuf of collectives, RunGraph) on the inter-op pool, and the executor runs a
+    chain of ready ops inline without returning to the pool; with one thread a peer's request for a
+    tensor waits until that whole chain has run (measured: the second process of a 2-process DP
+    step idled 15 ms for its input split). Server ops still run about one at a time per process
+    (one device per process, or two processes on the machine's two cores);
+  * oneDNN off (TF_ENABLE_ONEDNN_OPTS=0): its graph rewrite picks kernels by placement (MaxPoolGrad
+    uses the forward's workspace only when both are on one device: 45x slower otherwise; Conv2D +
+    BiasAdd fuse only when colocated), which per-op costs cannot express; TensorFlow's own kernels
+    cost the same wherever they run;
+  * Grappler, constant folding and CSE off, as in the profiler: every op runs as written.
 
-What the model is made of (everything measured on this machine, cached in the ProfileDB):
+What the model is made of (everything measured on this machine, cached in the ProfileDB, keyed by
+RUNTIME_TAG):
   * an OpProfile of the graph (`profile_model` at PROFILE_BATCH_SIZES, single device), stored under
-    device type "cpu-t1" (the thread setting is part of the key);
+    device type DEVICE_TYPE_KEY;
   * an executor correction per graph: the untraced step time minus the traced op times, spread over
     the ops (the executor's per-op dispatch, plus full tracing inflating small ops), so one-device
     predictions add up to the untraced step that real runs see;
@@ -28,7 +40,7 @@ What the model is made of (everything measured on this machine, cached in the Pr
     devices of one process ("intra" p2p), gRPC RecvTensor between processes ("inter" p2p), and
     CollectiveReduceV2 chains over k devices of one process ("intra:k") or spanning processes
     ("inter:k"); a "cpu" device type whose per-op cost and bandwidth are fitted to the compiler's
-    SplitV/ConcatV2/AddN/ZerosLike on this CPU (the simulator charges conversions launch + bytes /
+    ConcatV2/AddN/ZerosLike on this CPU (the simulator charges conversions launch + bytes /
     bandwidth); and the per-step cost of a session.run (client, master, one RunGraph per process,
     the feed), linear in the fed bytes. The simulator's makespan plus that per-step cost is the
     predicted wall time of one `session.run(train_op)`.
@@ -37,6 +49,7 @@ baseline having the same participants without the communication (see `tag_tf.pro
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -44,7 +57,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -54,30 +67,59 @@ from tag_tf.sim.simulator import SimReport, Simulator, training_costs
 
 log = logging.getLogger(__name__)
 
-THREADS = 1                                     # inter-op and intra-op threads of every process
+THREADS = 1                  # inter-op and intra-op threads of a process that runs the strategy itself
+SERVER_INTER_OP_THREADS = 2  # inter-op threads of local server processes (see the module docstring)
 PROFILE_BATCH_SIZES: tuple[int, ...] = (8, 16, 32, 64)
 COMM_SIZES: tuple[int, ...] = tuple(64 * 4 ** k for k in range(10))     # 64 B .. 16 MiB
 FEED_SIZES: tuple[int, ...] = (4, 1 << 20, 4 << 20)                     # bytes fed per step
-DEVICE_TYPE_KEY = f"cpu-t{THREADS}"             # ProfileDB key of profiles measured this way
+RUNTIME_TAG = f"t{THREADS}s{SERVER_INTER_OP_THREADS}-eigen"             # part of every ProfileDB key
+DEVICE_TYPE_KEY = f"cpu-{RUNTIME_TAG}"       # ProfileDB device-type key of profiles measured this way
 TIMEOUT_MS = 60_000
-_KEYS = itertools.count(1_000_000)              # collective keys of measurements (compiled graphs use small ones)
+_KEYS = itertools.count(1 << 30)   # collective keys of the measurements: far above the ones compiled graphs use
 
 
 # ---------------------------------------------------------------------------------------------
 # Threads and sessions
 # ---------------------------------------------------------------------------------------------
-def configure_threads() -> bool:
-    """Make every TensorFlow session of this process, and of server processes started from it (they
-    inherit the environment), use THREADS inter-op and intra-op threads. Must run before TensorFlow
-    creates its first session: the intra-op pool is created once per process. Returns False (and
-    logs a warning) when TensorFlow was imported already, so the pools may be sized otherwise."""
-    for var in ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS"):
-        os.environ[var] = str(THREADS)
+RUNTIME_ENV = {"TF_NUM_INTEROP_THREADS": str(THREADS), "TF_NUM_INTRAOP_THREADS": str(THREADS),
+               "TF_ENABLE_ONEDNN_OPTS": "0"}
+
+
+def configure_runtime() -> bool:
+    """Set RUNTIME_ENV for this process and the server processes it starts (they inherit the
+    environment). Must run before TensorFlow is imported (oneDNN) and before its first session
+    (thread pools are created once per process). Returns False, and logs a warning, when TensorFlow
+    was imported already: the setting may then not apply to this process."""
+    os.environ.update(RUNTIME_ENV)
     if "tensorflow" in sys.modules:
-        log.warning("configure_threads: TensorFlow is already imported; if a session exists, this "
-                    "process keeps its intra-op pool size")
+        log.warning("configure_runtime: TensorFlow is already imported; this process may keep "
+                    "oneDNN and its thread pool sizes")
         return False
     return True
+
+
+@contextlib.contextmanager
+def local_servers(processes: int, devices_per_process: int) -> Iterator[Any]:
+    """`runtime.cluster.local_cluster` whose servers run SERVER_INTER_OP_THREADS inter-op threads
+    (and RUNTIME_ENV otherwise). Yields the ClusterSpec."""
+    from tag_tf.runtime.cluster import local_cluster
+
+    saved = {k: os.environ.get(k) for k in RUNTIME_ENV}
+    os.environ.update(RUNTIME_ENV)
+    os.environ["TF_NUM_INTEROP_THREADS"] = str(SERVER_INTER_OP_THREADS)
+    cluster = local_cluster(processes, devices_per_process, timeout_ms=TIMEOUT_MS)
+    try:
+        spec, _ = cluster.__enter__()          # the servers start here, with this environment
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        yield spec
+    finally:
+        cluster.__exit__(None, None, None)
 
 
 def session_config(num_cpus: int = 1, *, leader: str | None = None, timeout_ms: int = TIMEOUT_MS) -> Any:
@@ -294,8 +336,11 @@ def measure_step_overhead(runner: _Runner, feed_sizes: Sequence[int], repeats: i
 # (kernels/expand.h: split and concat 2x the tensor, AddN (n+1)x, zeros 1x).
 def measure_conversions(sizes: Sequence[int] = (1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22),
                         repeats: int = 7) -> list[tuple[float, float]]:
-    """[(charged bytes, seconds)] of SplitV, ConcatV2, AddN (2 inputs) and ZerosLike on one CPU
-    device of this process, from traced op times (like the profile)."""
+    """[(charged bytes, seconds)] of ConcatV2, AddN (2 inputs) and ZerosLike on one CPU device of
+    this process, from traced op times (like the profile). SplitV is left out: on the batch axis it
+    returns views of its input (about 1 us at any size), which the simulator's one memcpy model
+    for all conversions cannot express; it overcharges those splits slightly instead of
+    undercharging every copy."""
     import tensorflow as tf
 
     from tag_tf.profile.op_profiler import op_times_from_step_stats
@@ -307,13 +352,12 @@ def measure_conversions(sizes: Sequence[int] = (1 << 10, 1 << 14, 1 << 18, 1 << 
         with g.as_default(), tf.device("/device:CPU:0"):
             v = tf.Variable(tf.random.uniform([n]), name="v").read_value()
             w = tf.Variable(tf.random.uniform([n]), name="w").read_value()
-            parts = tf.split(v, [n // 4, 3 * n // 4], name="split")
             cat = tf.concat([v, w], 0, name="concat")
             total = tf.add_n([v, w], name="addn")
             zeros = tf.zeros_like(v, name="zeros")
-            fetch = [parts[0].op, cat.op, total.op, zeros.op]
+            fetch = [cat.op, total.op, zeros.op]
             init = tf.compat.v1.global_variables_initializer()
-        charged = {"split": 2.0 * nbytes, "concat": 2.0 * 2 * nbytes, "addn": 3.0 * nbytes, "zeros": 1.0 * nbytes}
+        charged = {"concat": 2.0 * 2 * nbytes, "addn": 3.0 * nbytes, "zeros": 1.0 * nbytes}
         times: dict[str, list[float]] = {k: [] for k in charged}
         opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
         with tf.compat.v1.Session(graph=g, config=session_config(1)) as sess:
@@ -388,7 +432,7 @@ class LocalMachine:
         return self.single_step_fixed_s + self.single_step_per_feed_byte_s * feed_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {"setup": dataclasses.asdict(self.setup), "threads": THREADS,
+        return {"setup": dataclasses.asdict(self.setup), "runtime": RUNTIME_TAG,
                 "p2p": {k: [list(s) for s in v] for k, v in self.p2p.items()},
                 "allreduce": {k: [list(s) for s in v] for k, v in self.allreduce.items()},
                 "conversion_launch_s": self.conversion_launch_s,
@@ -407,7 +451,7 @@ class LocalMachine:
 
 
 def _db_key(setup: LocalSetup) -> str:
-    return f"local-{setup.name}-t{THREADS}-{setup.topology().fingerprint}"
+    return f"local-{setup.name}-{RUNTIME_TAG}-{setup.topology().fingerprint}"
 
 
 def _ring_devices(setup: LocalSetup, k: int) -> list[int]:
@@ -423,9 +467,7 @@ def measure_machine(setup: LocalSetup, *, sizes: Sequence[int] = COMM_SIZES, rep
     t0 = time.perf_counter()
     if setup.processes == 1:
         return _measure(setup, _Runner(setup), sizes, repeats, t0)
-    from tag_tf.runtime.cluster import local_cluster
-
-    with local_cluster(setup.processes, setup.devices_per_process, timeout_ms=TIMEOUT_MS) as (spec, _):
+    with local_servers(setup.processes, setup.devices_per_process) as spec:
         return _measure(setup, _Runner(setup, spec), sizes, repeats, t0)
 
 
@@ -502,7 +544,7 @@ def local_profile(analysis: Any, model: ZooModel | None, db: Any = None, *,
                                "so it can be measured")
         prof = profile_model(model.name, sizes, repeats=repeats, inter_op_threads=THREADS, **dict(model.kwargs))
         return dataclasses.replace(prof, fingerprint=fingerprint,
-                                   info={**prof.info, "threads": THREADS})
+                                   info={**prof.info, "runtime": RUNTIME_TAG, "env": dict(RUNTIME_ENV)})
 
     if db is None:
         return measure()
@@ -592,7 +634,7 @@ def _profile_feed_bytes(analysis: Any, profile: Any) -> dict[int, float]:
     return {b: per_sample * b for b in profile.batch_sizes}
 
 
-__all__ = ["THREADS", "PROFILE_BATCH_SIZES", "LocalSetup", "LocalMachine", "LocalSimulator", "ZooModel",
-           "configure_threads", "session_config", "local_machine", "measure_machine", "local_profile",
+__all__ = ["THREADS", "SERVER_INTER_OP_THREADS", "RUNTIME_ENV", "PROFILE_BATCH_SIZES", "LocalSetup", "LocalMachine",
+           "LocalSimulator", "ZooModel", "configure_runtime", "local_servers", "session_config", "local_machine", "measure_machine", "local_profile",
            "local_simulator", "executor_overhead", "measure_transfers", "measure_collectives",
            "measure_step_overhead", "measure_conversions"]

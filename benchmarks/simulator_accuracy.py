@@ -1,0 +1,418 @@
+"""Accuracy of the simulator on this machine: predicted vs measured time per training iteration.
+
+For tiny zoo models (sized so that one iteration takes tens of ms) and a mix of strategies, each
+strategy is compiled and run for real, and predicted by the local machine model
+(`tag_tf.sim.local_model`):
+  * one process with 4 virtual CPU devices (`DeviceMap.local_cpus(4)`, topology `local:4`): one
+    device, DP on 2 and 4 devices, PS, duplicate, model parallel (METIS inside every group), a
+    layered split of the groups over 2 devices, uneven batch shares, a seeded random strategy;
+  * two local server processes with 2 virtual CPU devices each (`local_cluster(2, 2)`, topology
+    `cpu_topology(2, 2)`): DP over the processes (one device each) and over all 4 devices, PS, model
+    parallel, uneven shares, a seeded random strategy.
+
+Runtime (the same for the profile, the communication measurements and the real runs; see
+`tag_tf.sim.local_model`): one intra-op thread per process; one inter-op thread in the process that
+runs the in-process strategies (the simulator runs the ops of one process one at a time, and so
+does TensorFlow then); two inter-op threads in the server processes (their gRPC request handlers
+share that pool with the executor); oneDNN and Grappler off (the ops that run are the ops that were
+profiled, with the same kernel wherever they are placed).
+
+Measured: all compiled graphs are open in sessions at once; the benchmark makes `--rounds` passes,
+each visiting every (model, strategy) in a fresh random order for 1 untimed + `--steps` timed
+`session.run(train_op)` calls (interleaving spreads machine noise over all strategies); the
+measurement is the median of the timed calls. Predicted: `local_simulator(...)` (profile measured
+here, fitted communication, measured conversion and per-step costs), and, for comparison, the plain
+`Simulator` with the same profile on the plain topology (analytical links, no calibration).
+
+Reports per strategy predicted/measured/error, overall MAPE and Spearman rank correlation (pooled,
+per model, per setup). Prints a table and writes benchmarks/results/simulator_accuracy.json.
+
+Usage: python benchmarks/simulator_accuracy.py [--rounds 8] [--steps 3] [--db DIR] [--models mlp,cnn,transformer]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tag_tf.sim import local_model as lm  # noqa: E402
+
+lm.configure_runtime()     # before TensorFlow is imported (servers inherit it too)
+
+import numpy as np  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BATCH = 64
+# Tiny variants, widened so that one single-device iteration takes tens of ms on one core.
+MODELS = {
+    "mlp": dict(tiny=True, dropout=0.0, input_size=1024, hidden=(1536, 1536)),
+    "cnn": dict(tiny=True, dropout=0.0, input_size=32, filters=(32, 64), dense_units=256),
+    "transformer": dict(tiny=True, dropout=0.0, input_size=16, d_model=64, d_ff=256),
+}
+ONE_PROCESS = lm.LocalSetup(1, 4)
+TWO_PROCESSES = lm.LocalSetup(2, 2)
+TARGET = {"mape_max": 0.05, "spearman_min": 0.9}
+LIMITS = [
+    "Shared machine: 2 cores shared with other jobs; their load comes in bursts (medians of "
+    "interleaved rounds spread it over all strategies, but not over the profile and communication "
+    "measurements taken before). Two-process strategies need both cores, so they suffer most.",
+    "gRPC moves bytes with CPU time in both processes (serialisation, socket copies), which on 2 "
+    "cores competes with the ops of both processes (traced: ops ran 2x slower during large "
+    "transfers). The simulator charges a cross-process transfer or collective to links only "
+    "(kernels/expand.h), so it under-predicts two-process strategies with large transfers.",
+    "TensorFlow's executor runs a chain of ready ops inline and queues the rest (completions of "
+    "collectives, gRPC handlers); the simulator starts every ready task as soon as its resources "
+    "are free. Strategies with many small collectives (random) wait longer than simulated.",
+    "Single-device op times come from fully traced steps (tracing inflates small ops); one per-op "
+    "correction per graph makes the single-device sum match the untraced step.",
+    "Conversions (Split/Concat/AddN/zeros) and in-process transfers are not serialised with the "
+    "ops of their process in the simulator (only compute tasks hold the host executor); they are "
+    "small here.",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Strategies
+# ---------------------------------------------------------------------------------------------
+def layered_split(analysis, devices) -> "Strategy":
+    """Groups in order of their first planned op, cut into len(devices) consecutive blocks: a
+    pipeline-like model-parallel placement (every group on one device)."""
+    from tag_tf.strategy import GroupPlan, Option, Strategy
+
+    first = {}
+    index = {n: i for i, n in enumerate(analysis.planning.ops)}
+    for g, group in enumerate(analysis.grouping.groups):
+        first[g] = min(index[o] for o in group.ops)
+    order = sorted(first, key=first.get)
+    plans = [None] * len(order)
+    for k, g in enumerate(order):
+        plans[g] = GroupPlan((devices[k * len(devices) // len(order)],), Option.ALLREDUCE)
+    return Strategy(tuple(plans), name="layered")
+
+
+def strategies_for(analysis, seed: int) -> list[tuple[str, lm.LocalSetup, object]]:
+    from tag_tf.search.baselines import random_strategy
+    from tag_tf.strategy import Option, Strategy
+
+    G = len(analysis.grouping.groups)
+    u = Strategy.uniform
+    rng = np.random.default_rng(seed)
+    one = [
+        ("1dev", u(G, (0,))),
+        ("dp2", u(G, (0, 1))),
+        ("dp4", u(G, (0, 1, 2, 3))),
+        ("ps2", u(G, (0, 1), Option.PS)),
+        ("dup2", u(G, (0, 1), Option.DUPLICATE)),
+        ("mp2", u(G, (0, 1), Option.MODEL_PARALLEL)),
+        ("layered2", layered_split(analysis, (0, 1))),
+        ("dp2-uneven", u(G, (0, 1), shares=(3.0, 1.0, 1.0, 1.0))),
+        ("random", random_strategy(G, 4, rng)),
+    ]
+    two = [    # devices 0, 1 in process 0; 2, 3 in process 1
+        ("2p-dp2", u(G, (0, 2))),
+        ("2p-dp4", u(G, (0, 1, 2, 3))),
+        ("2p-ps2", u(G, (0, 2), Option.PS)),
+        ("2p-mp2", u(G, (0, 2), Option.MODEL_PARALLEL)),
+        ("2p-layered2", layered_split(analysis, (0, 2))),
+        ("2p-dp2-uneven", u(G, (0, 2), shares=(3.0, 1.0, 1.0, 1.0))),
+        ("2p-random", random_strategy(G, 4, rng)),
+    ]
+    return [(n, ONE_PROCESS, s) for n, s in one] + [(n, TWO_PROCESSES, s) for n, s in two]
+
+
+# ---------------------------------------------------------------------------------------------
+# Real runs
+# ---------------------------------------------------------------------------------------------
+VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable")
+
+
+def isolate(graph_def, index: int):
+    """A copy of a compiled GraphDef that can share a cluster with other compiled graphs: servers
+    keep resource variables per (container, shared name) and collective parameters per group and
+    instance key across sessions, so each graph gets its own variable container and key range."""
+    import tensorflow as tf
+
+    gd = type(graph_def)()
+    gd.CopyFrom(graph_def)
+    nodes = {n.name: n for n in gd.node}
+    for n in gd.node:
+        if n.op in VARIABLE_OPS:
+            n.attr["container"].s = f"strategy{index}".encode()
+        if n.op != "CollectiveReduceV2":
+            continue
+        for pos, offset in ((2, 1000 * index), (3, 100_000 * index)):     # group key, instance key
+            const = nodes[n.input[pos].split(":")[0]]
+            value = int(tf.make_ndarray(const.attr["value"].tensor)) + offset
+            const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, tf.int32))
+    return gd
+
+
+class RealRun:
+    """One compiled strategy open in a session, variables initialised, ready to step."""
+
+    def __init__(self, model: str, name: str, setup: lm.LocalSetup, analysis, strategy, feed,
+                 cluster_spec=None, key_offset: int = 0):
+        import tensorflow as tf
+
+        from tag_tf.compiler import DeviceMap, compile_strategy
+        from tag_tf.context import PassContext
+
+        self.model, self.name, self.setup, self.strategy = model, name, setup, strategy
+        devices = (DeviceMap.local_cpus(setup.num_devices) if setup.processes == 1
+                   else DeviceMap.for_topology(setup.topology(), job=cluster_spec.job))
+        t0 = time.perf_counter()
+        compiled = compile_strategy(PassContext(), analysis, strategy, devices)
+        self.compile_s = time.perf_counter() - t0
+        self.stats = dict(compiled.stats)
+        gd = compiled.graph_def
+        if cluster_spec is not None:
+            gd = isolate(gd, key_offset)
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.graph_util.import_graph_def(gd, name="")
+        if cluster_spec is None:
+            config = lm.session_config(setup.devices_per_process)
+            self.sess = tf.compat.v1.Session(graph=graph, config=config)
+        else:
+            config = lm.session_config(setup.devices_per_process, leader=cluster_spec.leader)
+            self.sess = tf.compat.v1.Session(cluster_spec.target, graph=graph, config=config)
+        ir = analysis.graph
+        inits = [inst for v in ir.variables.values() if v.initializer
+                 for inst in compiled.builder.instances[v.initializer]]
+        try:
+            self.sess.run(inits)
+        except Exception:
+            self.sess.close()
+            raise
+        self.train_op = compiled.run_ops[ir.meta.train_op]
+        self.feed = feed
+        self.times: list[float] = []
+
+    def step(self) -> float:
+        t0 = time.perf_counter()
+        self.sess.run(self.train_op, self.feed)
+        return time.perf_counter() - t0
+
+    @property
+    def measured_s(self) -> float:
+        return statistics.median(self.times)
+
+    def close(self) -> None:
+        self.sess.close()
+
+
+def measure_all(runs: list[RealRun], rounds: int, steps: int, seed: int) -> None:
+    """Interleaved timing: `rounds` passes over all runs in random order, each visit 1 untimed
+    step (caches, allocator) then `steps` timed ones."""
+    rng = np.random.default_rng(seed)
+    for run in runs:                  # warm-up: first steps allocate and initialise kernels
+        for _ in range(3):
+            run.step()
+    for r in range(rounds):
+        for k in rng.permutation(len(runs)):
+            run = runs[int(k)]
+            run.step()
+            run.times.extend(run.step() for _ in range(steps))
+        print(f"  round {r + 1}/{rounds} done", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------------------------
+def ranks(x) -> np.ndarray:
+    """Ranks 1..n with ties averaged."""
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="stable")
+    r = np.empty(len(x))
+    r[order] = np.arange(1, len(x) + 1)
+    for v in np.unique(x):
+        tie = x == v
+        r[tie] = r[tie].mean()
+    return r
+
+
+def spearman(a, b) -> float:
+    if len(a) < 2:
+        return float("nan")
+    ra, rb = ranks(a), ranks(b)
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def mape(pred, meas) -> float:
+    pred, meas = np.asarray(pred), np.asarray(meas)
+    return float(np.mean(np.abs(pred - meas) / meas))
+
+
+def summary(rows: list[dict], key: str) -> dict:
+    pred = [r[key] for r in rows]
+    meas = [r["measured_s"] for r in rows]
+    return {"n": len(rows), "mape": round(mape(pred, meas), 4), "spearman": round(spearman(pred, meas), 4)}
+
+
+# ---------------------------------------------------------------------------------------------
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per visit")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile-repeats", type=int, default=7)
+    ap.add_argument("--comm-repeats", type=int, default=7)
+    ap.add_argument("--db", default=None, help="profile DB to reuse (default: a fresh one: measure everything now)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "simulator_accuracy.json"))
+    args = ap.parse_args()
+
+    from tag_tf.analysis import analyze
+    from tag_tf.context import Options, PassContext
+    from tag_tf.frontend.loading import model_ir
+    from tag_tf.models import build_model
+    from tag_tf.profile.db import ProfileDB
+    from tag_tf.sim.simulator import Simulator
+
+    started = time.time()
+    load_at_start = round(os.getloadavg()[0], 2)
+    db = ProfileDB(args.db or tempfile.mkdtemp(prefix="tag_tf_accuracy_db_"))
+    timings: dict[str, float] = {}
+
+    t0 = time.time()
+    print("measuring the local machine models (communication, conversions, per-step costs)...", flush=True)
+    machines = {s: lm.local_machine(s, db, repeats=args.comm_repeats) for s in (ONE_PROCESS, TWO_PROCESSES)}
+    timings["machine_models_s"] = time.time() - t0
+
+    models = {}
+    t0 = time.time()
+    for name in args.models.split(","):
+        kw = MODELS[name]
+        model = build_model(name, batch_size=BATCH, **kw)
+
+        def rebuild(b, name=name, kw=kw):
+            return model_ir(build_model(name, batch_size=b, **kw))
+
+        analysis = analyze(PassContext(Options(num_groups=60)), model_ir(model), rebuild=rebuild)
+        print(f"profiling {name} ({len(analysis.planning.ops)} planned ops, {len(analysis.grouping.groups)} groups)...",
+              flush=True)
+        profile = lm.local_profile(analysis, lm.ZooModel.of(name, **kw), db, repeats=args.profile_repeats)
+        feed = model.feed(np.random.default_rng(args.seed))
+        models[name] = (model, analysis, profile, feed)
+    timings["build_and_profile_s"] = time.time() - t0
+
+    rows: list[dict] = []
+    failed: list[dict] = []
+    t0 = time.time()
+    with lm.local_servers(TWO_PROCESSES.processes, TWO_PROCESSES.devices_per_process) as spec:
+        runs: list[RealRun] = []
+        try:      # sessions on the cluster must close while its servers still run
+            for name, (model, analysis, profile, feed) in models.items():
+                for sname, setup, strategy in strategies_for(analysis, args.seed):
+                    try:
+                        runs.append(RealRun(name, sname, setup, analysis, strategy, feed,
+                                            spec if setup.processes > 1 else None, key_offset=len(runs) + 1))
+                    except Exception as e:      # report it, keep measuring the others
+                        failed.append({"model": name, "strategy": sname, "error": f"{type(e).__name__}: {e}"[:300]})
+                        print(f"  {name}/{sname} failed: {failed[-1]['error']}", flush=True)
+            print(f"compiled and opened {len(runs)} strategies; timing {args.rounds} interleaved rounds...",
+                  flush=True)
+            timings["compile_and_open_s"] = time.time() - t0
+            t0 = time.time()
+            measure_all(runs, args.rounds, args.steps, args.seed)
+            timings["real_runs_s"] = time.time() - t0
+        finally:
+            for run in runs:
+                run.close()
+
+    t0 = time.time()
+    sims = {}
+    for name, (model, analysis, profile, feed) in models.items():
+        for setup, machine in machines.items():
+            local = lm.local_simulator(analysis, setup.num_devices, setup.processes, machine=machine, profile=profile)
+            plain = Simulator(analysis, setup.topology(), profile=profile)
+            sims[name, setup] = (local, plain)
+    for run in runs:
+        local, plain = sims[run.model, run.setup]
+        pred = local.simulate(run.strategy)
+        naive = plain.simulate(run.strategy)
+        rows.append({
+            "model": run.model, "strategy": run.name, "setup": run.setup.name,
+            "measured_s": run.measured_s, "measured_min_s": min(run.times),
+            "measured_iqr_s": float(np.subtract(*np.percentile(run.times, [75, 25]))),
+            "samples": len(run.times),
+            "predicted_s": pred.iteration_time_s, "error": pred.iteration_time_s / run.measured_s - 1,
+            "plain_predicted_s": naive.iteration_time_s,
+            "plain_error": naive.iteration_time_s / run.measured_s - 1,
+            "step_overhead_s": local.step_overhead_s, "num_tasks": pred.num_tasks,
+            "conversions": dict(pred.conversions), "compiled_stats": run.stats,
+        })
+    timings["predict_s"] = time.time() - t0
+
+    print_table(rows)
+    result = {
+        "benchmark": "simulator_accuracy",
+        "what": "predicted (local machine model) vs measured wall time of one session.run(train_op) "
+                "of compiled strategies on this machine; plain_* is the uncalibrated Simulator",
+        "method": {
+            "threads": f"{lm.THREADS} inter-op and {lm.THREADS} intra-op thread per process (profile, "
+                       "measurements and real runs); Grappler off everywhere",
+            "measured": f"median of {args.rounds} interleaved rounds x {args.steps} timed steps (after 3 "
+                        "warm-up steps per strategy and 1 untimed step per visit)",
+            "profile": f"profile_model at batch sizes {list(lm.PROFILE_BATCH_SIZES)}, "
+                       f"{args.profile_repeats} traced repeats, single CPU device",
+            "setups": {ONE_PROCESS.name: "one process, 4 virtual CPU devices, topology local:4",
+                       TWO_PROCESSES.name: "2 local server processes x 2 virtual CPU devices, "
+                                           "topology cpu_topology(2, 2)"},
+            "batch": BATCH, "models": {k: {kk: list(vv) if isinstance(vv, tuple) else vv for kk, vv in v.items()}
+                                       for k, v in MODELS.items() if k in models},
+        },
+        "target": TARGET,
+        "limits": LIMITS,
+        "summary": {
+            "all": summary(rows, "predicted_s"),
+            "plain_all": summary(rows, "plain_predicted_s"),
+            "per_model": {m: summary([r for r in rows if r["model"] == m], "predicted_s") for m in models},
+            "per_setup": {s.name: summary([r for r in rows if r["setup"] == s.name], "predicted_s")
+                          for s in machines},
+        },
+        "per_model_calibration": {m: {"executor_per_op_us": round(sims[m, ONE_PROCESS][0].per_op_s * 1e6, 3),
+                                      "profiled_ops": profile.num_ops,
+                                      "single_device_step_ms": {str(b): round(float(t) * 1e3, 3) for b, t in
+                                                                zip(profile.batch_sizes, profile.step_times)}}
+                                  for m, (_, _, profile, _) in models.items()},
+        "machines": {s.name: m.to_dict() for s, m in machines.items()},
+        "rows": rows,
+        "failed": failed,
+        "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                 "load_average_1min_at_start": load_at_start,
+                 "load_average_1min_at_end": round(os.getloadavg()[0], 2)},
+        "timings_s": {k: round(v, 1) for k, v in timings.items()},
+        "elapsed_s": round(time.time() - started, 1),
+    }
+    s = result["summary"]
+    print(f"\nall {s['all']['n']} strategies: MAPE {s['all']['mape']:.1%}, Spearman {s['all']['spearman']:.3f} "
+          f"(plain simulator: MAPE {s['plain_all']['mape']:.1%}, Spearman {s['plain_all']['spearman']:.3f})")
+    for k, v in {**s["per_model"], **s["per_setup"]}.items():
+        print(f"  {k:<14} n={v['n']:<3} MAPE {v['mape']:.1%}  Spearman {v['spearman']:.3f}")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {args.out} ({result['elapsed_s']} s)")
+    return 0
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"\n{'model':<12} {'strategy':<14} {'setup':<11} {'measured':>9} {'iqr':>6} {'predicted':>9} "
+          f"{'error':>7} {'plain':>9} {'p.err':>7}")
+    for r in rows:
+        print(f"{r['model']:<12} {r['strategy']:<14} {r['setup']:<11} {r['measured_s'] * 1e3:>7.2f}ms "
+              f"{r['measured_iqr_s'] * 1e3:>5.2f} {r['predicted_s'] * 1e3:>7.2f}ms {r['error']:>+7.1%} "
+              f"{r['plain_predicted_s'] * 1e3:>7.2f}ms {r['plain_error']:>+7.1%}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
