@@ -353,7 +353,7 @@ class Expander {
         const double t = p_.op_fixed[k] + p_.op_per_sample[k] * samples;
         const int64_t bytes = p_.op_out_fixed[op] + static_cast<int64_t>(p_.op_out_batched[op] * (samples / B));
         if (p_.dev_host[d] >= 0)
-          add_task(kCompute, t, d, op, bytes, {d, 2 * p_.num_devices + p_.num_links + p_.dev_host[d]});
+          add_task(kCompute, t, d, op, bytes, {d, host_resource(p_.dev_host[d])});
         else
           add_task(kCompute, t, d, op, bytes, {d});
         if (p_.op_persist[op] > 0) g_->persistent_bytes[d] += p_.op_persist[op];
@@ -362,6 +362,7 @@ class Expander {
   }
 
   int32_t instance(int32_t op, int32_t j) const { return inst_[op] + j; }
+  int32_t host_resource(int32_t host) const { return 2 * p_.num_devices + p_.num_links + host; }
 
   int32_t transfer(int32_t task, int32_t to, int64_t bytes) {
     const int32_t from = task_device_[task];
@@ -371,10 +372,27 @@ class Expander {
     if (it != memo_transfer_.end()) return it->second;
     const size_t pair = static_cast<size_t>(from) * p_.num_devices + to;
     TaskGraph& g = *g_;
+    const double total = p2p_time(from, to, static_cast<double>(bytes));
+    // Between CPU devices of two processes the bytes go through gRPC, whose serialisation runs on
+    // both processes' CPUs: the per-byte part also holds both executors (the latency part does not).
+    const int32_t ha = p_.dev_host[from], hb = p_.dev_host[to];
+    const bool host_copy = ha >= 0 && hb >= 0 && ha != hb;
+    double duration = total;
+    int32_t latency_task = -1;
+    if (host_copy) {
+      const double latency = std::min(p2p_time(from, to, 0.0), total);
+      latency_task = add_task(kTransfer, latency, to, meta_ ? meta_->op[task] : -1, 0, {}, task);
+      edge(task, latency_task, false);
+      duration = total - latency;
+    }
     const int32_t id = static_cast<int32_t>(g.duration.size());
-    g.duration.push_back(p2p_time(from, to, static_cast<double>(bytes)));
+    g.duration.push_back(duration);
     for (int32_t k = p_.link_res_ptr[pair]; k < p_.link_res_ptr[pair + 1]; ++k)
       g.res.push_back(2 * p_.num_devices + p_.link_res[k]);
+    if (host_copy) {
+      g.res.push_back(host_resource(ha));
+      g.res.push_back(host_resource(hb));
+    }
     g.res_ptr.push_back(static_cast<int32_t>(g.res.size()));
     g.mem_device.push_back(bytes > 0 ? to : -1);
     g.mem_bytes.push_back(std::max<int64_t>(bytes, 0));
@@ -386,7 +404,8 @@ class Expander {
       meta_->src.push_back(task);
     }
     ++num_transfers;
-    edge(task, id, true);
+    edge(task, id, true);                 // the bytes part reads the source buffer
+    edge(latency_task, id, false);
     memo_transfer_.emplace(key, id);
     return id;
   }
@@ -475,6 +494,12 @@ class Expander {
         if (std::find(res.begin(), res.end(), rid) == res.end()) res.push_back(rid);
       }
     }
+    std::vector<int32_t> hosts;
+    for (int32_t d : P.devs)
+      if (p_.dev_host[d] >= 0 && std::find(hosts.begin(), hosts.end(), p_.dev_host[d]) == hosts.end())
+        hosts.push_back(p_.dev_host[d]);
+    if (hosts.size() > 1)        // a ring through gRPC: serialisation on every process's CPU
+      for (int32_t h : hosts) res.push_back(host_resource(h));
     for (int32_t r : res) g.res.push_back(r);
     g.res_ptr.push_back(static_cast<int32_t>(g.res.size()));
     g.mem_device.push_back(-1);

@@ -3,7 +3,7 @@
 Measurements
 ------------
 * `measure_p2p(sizes)`: gRPC transfers between two local `tf.distribute.Server` processes
-  (`LocalCluster`, started as ``python -m tag_tf.profile.comm --serve ...``). A random float32
+  (`tag_tf.runtime.cluster.LocalCluster`: ``tag-tf server`` processes). A random float32
   variable lives on /job:worker/task:0; the timed step reads it there and passes it task:0 -> task:1
   -> task:0 ... through Identity ops, so the whole tensor crosses the process boundary at every hop.
   Each repeat also runs a *baseline* step with the same participants and no cross-task tensor
@@ -19,7 +19,7 @@ Measurements
 Why chains: on a shared CPU host a session step costs ~1 ms with millisecond jitter, far more than a
 small transfer. Messages below 1 MiB are repeated 16 times (all-reduce: 8) in one step, larger ones
 fewer times (16 MiB moved per step at most), which spreads that overhead and its jitter.
-Every session and server sets ``operation_timeout_in_ms`` and collectives set ``timeout_seconds``,
+Every session and server sets ``operation_timeout_in_ms``,
 so a mistake fails with an error instead of hanging; server processes are stopped by PID and also
 exit on their own when their parent dies.
 
@@ -34,18 +34,9 @@ topology analytically (latency + bytes/bandwidth; ring: 2(D-1)/D * bytes / bottl
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
-import json
-import os
-import selectors
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
@@ -54,6 +45,7 @@ import numpy as np
 
 from tag_tf.errors import ProfileError
 from tag_tf.profile.segmented import SegmentedLinear
+from tag_tf.runtime.cluster import LocalCluster
 from tag_tf.topology.spec import Topology
 
 __all__ = ["CommModel", "LocalCluster", "SegmentedLinear", "measure_allreduce", "measure_p2p",
@@ -80,19 +72,6 @@ def sizes_up_to(cap: int = DEFAULT_CAP, start: int = KiB) -> list[int]:
 
 
 # ---- local server processes --------------------------------------------------------------------
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):   # hold all of them open so we get n distinct ports
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _config(timeout_s: float, leader: str | None = None, cpus: int | None = None):
     import tensorflow as tf
 
@@ -104,165 +83,6 @@ def _config(timeout_s: float, leader: str | None = None, cpus: int | None = None
     return cfg
 
 
-class LocalCluster:
-    """`num_tasks` `tf.distribute.Server` processes on 127.0.0.1 (job "worker"), one CPU device each.
-
-    Use as a context manager; `target` is the gRPC address of task 0 for a client session, and
-    `session_config()` the ConfigProto the client must use (timeout and collective group leader).
-    """
-
-    LEADER = "/job:worker/replica:0/task:0"
-
-    def __init__(self, num_tasks: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 startup_timeout_s: float = 180.0, hide_gpus: bool = True):
-        if num_tasks < 1:
-            raise ProfileError(f"local cluster: num_tasks must be >= 1, got {num_tasks}")
-        self.num_tasks = num_tasks
-        self.timeout_s = timeout_s
-        self.startup_timeout_s = startup_timeout_s
-        self.hide_gpus = hide_gpus   # measure the gRPC path for host tensors, keep GPUs free
-        self.ports: list[int] = []
-        self._procs: list[subprocess.Popen] = []
-        self._logs: list[Any] = []
-        self._keys = itertools.count(1)
-
-    @property
-    def target(self) -> str:
-        return f"grpc://127.0.0.1:{self.ports[0]}"
-
-    def device(self, task: int) -> str:
-        return f"/job:worker/replica:0/task:{task}/device:CPU:0"
-
-    def next_key(self) -> int:
-        """A fresh collective group/instance key: the servers cache parameters per key."""
-        return next(self._keys)
-
-    def session_config(self):
-        return _config(self.timeout_s, leader=self.LEADER)
-
-    def __enter__(self) -> "LocalCluster":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def start(self, attempts: int = 3) -> None:
-        """Start the servers; retried with fresh ports, because a free port we picked can be
-        taken by someone else before the server binds it."""
-        for attempt in range(attempts):
-            try:
-                self._start_once()
-                return
-            except ProfileError:
-                self.stop()
-                if attempt == attempts - 1:
-                    raise
-            except BaseException:
-                self.stop()
-                raise
-
-    def _start_once(self) -> None:
-        self.ports = _free_ports(self.num_tasks)
-        cluster = {"worker": [f"127.0.0.1:{p}" for p in self.ports]}
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-        if self.hide_gpus:
-            env["CUDA_VISIBLE_DEVICES"] = "-1"
-        for task in range(self.num_tasks):
-            log = tempfile.TemporaryFile()
-            self._logs.append(log)
-            self._procs.append(subprocess.Popen(
-                [sys.executable, "-m", "tag_tf.profile.comm", "--serve",
-                 "--cluster", json.dumps(cluster), "--task", str(task),
-                 "--timeout-ms", str(int(self.timeout_s * 1000)),
-                 "--parent-pid", str(os.getpid())],
-                stdout=subprocess.PIPE, stderr=log, env=env))
-        self._wait_ready()
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        waiting = {p.stdout: i for i, p in enumerate(self._procs)}
-        sel = selectors.DefaultSelector()
-        for f in waiting:
-            sel.register(f, selectors.EVENT_READ)
-        try:
-            while waiting:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ProfileError(f"local cluster: task(s) {sorted(waiting.values())} not ready "
-                                       f"after {self.startup_timeout_s:.0f} s")
-                for key, _ in sel.select(timeout=min(left, 1.0)):
-                    task = waiting.pop(key.fileobj)
-                    sel.unregister(key.fileobj)
-                    line = key.fileobj.readline().decode(errors="replace").strip()
-                    if line != "READY":
-                        raise ProfileError(f"local cluster: task {task} failed to start: "
-                                           f"{self._log_tail(task) or line or 'no output'}")
-                for i, p in enumerate(self._procs):
-                    if p.poll() is not None and i in waiting.values():
-                        raise ProfileError(f"local cluster: task {i} exited with {p.returncode}: "
-                                           f"{self._log_tail(i)}")
-        finally:
-            sel.close()
-
-    def _log_tail(self, task: int) -> str:
-        log = self._logs[task]
-        log.seek(0)
-        lines = log.read().decode(errors="replace").strip().splitlines()
-        return lines[-1] if lines else ""
-
-    def stop(self) -> None:
-        for p in self._procs:        # by PID, the processes we started
-            if p.poll() is None:
-                p.terminate()
-        for p in self._procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
-            if p.stdout:
-                p.stdout.close()
-        for log in self._logs:
-            log.close()
-        self._procs, self._logs = [], []
-
-
-def _serve(argv: list[str]) -> int:
-    """Entry of a server process: start one task of the cluster, print READY, serve until killed
-    (or until the parent is gone, or `--max-lifetime` seconds)."""
-    ap = argparse.ArgumentParser(prog="python -m tag_tf.profile.comm")
-    ap.add_argument("--serve", action="store_true", required=True)
-    ap.add_argument("--cluster", required=True, help='JSON, e.g. {"worker": ["127.0.0.1:2222"]}')
-    ap.add_argument("--task", type=int, required=True)
-    ap.add_argument("--timeout-ms", type=int, default=int(DEFAULT_TIMEOUT_S * 1000))
-    ap.add_argument("--parent-pid", type=int, default=None)
-    ap.add_argument("--max-lifetime", type=float, default=3600.0)
-    args = ap.parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
-    cfg = _config(args.timeout_ms / 1000, leader=LocalCluster.LEADER, cpus=1)
-    server = tf.distribute.Server(tf.train.ClusterSpec(json.loads(args.cluster)), job_name="worker",
-                                  task_index=args.task, config=cfg, start=True)
-
-    def watchdog() -> None:   # never outlive the profiler that started us
-        born = time.monotonic()
-        while time.monotonic() - born < args.max_lifetime:
-            if args.parent_pid is not None and os.getppid() != args.parent_pid:
-                break
-            time.sleep(0.5)
-        os._exit(0)
-
-    threading.Thread(target=watchdog, daemon=True).start()
-    print("READY", flush=True)
-    server.join()
-    return 0
-
-
-# ---- timing -------------------------------------------------------------------------------------
 def _time_steps(run: Callable[[], Any], baseline: Callable[[], Any], repeats: int,
                 warmup: int) -> tuple[float, float]:
     """Median seconds of `run` and of `baseline`, interleaved so drift hits both alike."""
@@ -315,7 +135,7 @@ def measure_p2p(sizes: Sequence[int], repeats: int = 5, warmup: int = 1,
     on the receiving task, grappler off so it stays), each hop moving the whole tensor, and the
     per-transfer time is (median(step) - median(baseline)) / hops."""
     if cluster is None:
-        with LocalCluster(2) as own:
+        with LocalCluster(2, timeout_ms=int(DEFAULT_TIMEOUT_S * 1000)) as own:
             return measure_p2p(sizes, repeats, warmup, own, record)
     if cluster.num_tasks < 2:
         raise ProfileError("measure_p2p: the cluster needs at least 2 tasks")
@@ -353,8 +173,7 @@ def measure_p2p(sizes: Sequence[int], repeats: int = 5, warmup: int = 1,
     return out
 
 
-def _allreduce_graph(tf, devices: list[str], inputs: list, keys: Callable[[], int],
-                     timeout_s: float, rounds: int = 1):
+def _allreduce_graph(tf, devices: list[str], inputs: list, keys: Callable[[], int], rounds: int = 1):
     """Variables holding `inputs` on `devices`, their reads, and `rounds` chained CollectiveReduceV2
     (Add/Id) per device, each round reducing the previous round's outputs. Returns (reads, final
     outputs). Every round is its own collective instance, so it gets its own instance key."""
@@ -370,7 +189,9 @@ def _allreduce_graph(tf, devices: list[str], inputs: list, keys: Callable[[], in
                 nxt.append(tf.raw_ops.CollectiveReduceV2(
                     input=x, group_size=tf.constant(len(devices)), group_key=tf.constant(group_key),
                     instance_key=tf.constant(instance_key), ordering_token=[], merge_op="Add",
-                    final_op="Id", timeout_seconds=float(timeout_s)))
+                    final_op="Id"))   # no timeout_seconds: it starts a timer thread per run, which
+                                      # inflates small timings; the session's operation timeout
+                                      # still turns a hang into an error
         xs = nxt
     return reads, xs
 
@@ -384,7 +205,7 @@ class _Placement:
             raise ProfileError(f"all-reduce needs >= 2 devices, got {num_devices}")
         self.num_devices, self.processes = num_devices, processes
         self.cluster = cluster if processes else None   # in-process runs ignore a given cluster
-        self.timeout_s = self.cluster.timeout_s if self.cluster else timeout_s
+        self.timeout_s = self.cluster.timeout_ms / 1000 if self.cluster else timeout_s
         self._keys = itertools.count(1)
         if self.cluster is not None and self.cluster.num_tasks < num_devices:
             raise ProfileError(f"all-reduce over {num_devices} processes needs as many tasks, "
@@ -412,7 +233,7 @@ class _Placement:
 def _with_placement(num_devices: int, processes: bool, cluster: LocalCluster | None,
                     timeout_s: float, body: Callable[[_Placement], Any]) -> Any:
     if processes and cluster is None:
-        with LocalCluster(num_devices, timeout_s=timeout_s) as own:
+        with LocalCluster(num_devices, timeout_ms=int(timeout_s * 1000)) as own:
             return body(_Placement(num_devices, True, own, timeout_s))
     return body(_Placement(num_devices, processes, cluster, timeout_s))
 
@@ -428,7 +249,7 @@ def run_allreduce(inputs: Sequence[np.ndarray], processes: bool = False,
     def body(p: _Placement) -> list[np.ndarray]:
         g = tf.Graph()
         with g.as_default():
-            _, outs = _allreduce_graph(tf, p.devices, arrays, p.next_key, p.timeout_s)
+            _, outs = _allreduce_graph(tf, p.devices, arrays, p.next_key)
             init = tf.compat.v1.global_variables_initializer()
         with p.session(tf, g) as sess:
             _run_tf(lambda: sess.run(init), "all-reduce: init")
@@ -453,7 +274,7 @@ def measure_allreduce(num_devices: int, sizes: Sequence[int], processes: bool = 
             g = tf.Graph()
             with g.as_default():
                 inits = [tf.random.uniform([n], dtype=tf.float32, seed=i) for i in range(num_devices)]
-                reads, outs = _allreduce_graph(tf, p.devices, inits, p.next_key, p.timeout_s, rounds)
+                reads, outs = _allreduce_graph(tf, p.devices, inits, p.next_key, rounds)
                 k = min(n, CHECK_ELEMENTS)
                 heads = [r[:k] for r in reads]
                 out_heads = [o[:k] for o in outs]
@@ -568,6 +389,3 @@ class CommModel:
         except (KeyError, TypeError, AttributeError) as e:
             raise ProfileError(f"comm model: malformed dict ({e!r})") from None
 
-
-if __name__ == "__main__":
-    sys.exit(_serve(sys.argv[1:]))

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
+import selectors
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Iterator, Sequence
 
@@ -113,8 +116,13 @@ class ClusterSpec:
         return ClusterError(f"cluster: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
 
 
-def serve(spec: ClusterSpec, task: int) -> None:
-    """Run one server of the cluster until killed (the body of `tag-tf server`)."""
+READY = "tag-tf server: ready"
+
+
+def serve(spec: ClusterSpec, task: int, parent_pid: int | None = None) -> None:
+    """Run one server of the cluster until killed (the body of `tag-tf server`). Prints one READY
+    line on stdout once listening; with `parent_pid`, exits when that process is gone (servers
+    started by a launcher never outlive it)."""
     import tensorflow as tf
 
     if not 0 <= task < len(spec.tasks):
@@ -122,14 +130,20 @@ def serve(spec: ClusterSpec, task: int) -> None:
     cluster = tf.train.ClusterSpec({spec.job: list(spec.tasks)})
     server = tf.distribute.Server(cluster, job_name=spec.job, task_index=task, config=spec.server_config(),
                                   start=True)
-    print(f"tag-tf server: task {task} listening on {spec.tasks[task]}", flush=True)
+    if parent_pid is not None:
+        def watchdog() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(0.5)
+            os._exit(0)
+        threading.Thread(target=watchdog, daemon=True).start()
+    print(f"{READY} task {task} on {spec.tasks[task]}", flush=True)
     server.join()
 
 
 def free_ports(n: int) -> list[int]:
     socks, ports = [], []
     try:
-        for _ in range(n):
+        for _ in range(n):   # hold them all open so the n ports are distinct
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
             socks.append(s)
@@ -140,44 +154,138 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+class LocalCluster:
+    """`num_tasks` `tag-tf server` processes on 127.0.0.1 with `cpus_per_task` CPU devices each.
+
+    A context manager: `spec` (ClusterSpec), `target`, `session_config()`, `device(task, index)`;
+    the servers are stopped by PID on exit. Start-up waits for each server's READY line and is
+    retried with fresh ports (a port we picked can be taken before the server binds it).
+    """
+
+    def __init__(self, num_tasks: int, cpus_per_task: int = 1, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
+                 start_timeout_s: float = 120.0, hide_gpus: bool = True):
+        if num_tasks < 1 or cpus_per_task < 1:
+            raise ClusterError(f"local cluster: need at least one task and one CPU each, got "
+                               f"{num_tasks} x {cpus_per_task}")
+        self.num_tasks = num_tasks
+        self.cpus_per_task = cpus_per_task
+        self.timeout_ms = timeout_ms
+        self.start_timeout_s = start_timeout_s
+        self.hide_gpus = hide_gpus
+        self.spec: ClusterSpec | None = None
+        self.procs: list[subprocess.Popen] = []
+        self._logs: list[Any] = []
+        self._keys = itertools.count(1)
+        self._dir = ""
+
+    @property
+    def target(self) -> str:
+        return self.spec.target
+
+    def session_config(self) -> Any:
+        return self.spec.session_config()
+
+    def device(self, task: int, index: int = 0) -> str:
+        return f"/job:{self.spec.job}/replica:0/task:{task}/device:CPU:{index}"
+
+    def next_key(self) -> int:
+        """A fresh collective key: servers cache collective parameters per key across sessions."""
+        return next(self._keys)
+
+    def __enter__(self) -> "LocalCluster":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self, attempts: int = 3) -> None:
+        for attempt in range(attempts):
+            try:
+                self._start_once()
+                return
+            except ClusterError:
+                self.stop()
+                if attempt == attempts - 1:
+                    raise
+            except BaseException:
+                self.stop()
+                raise
+
+    def _start_once(self) -> None:
+        self.spec = ClusterSpec(tuple(f"127.0.0.1:{p}" for p in free_ports(self.num_tasks)), "worker",
+                                self.cpus_per_task, self.timeout_ms)
+        self._dir = tempfile.mkdtemp(prefix="tag_tf_cluster_")
+        path = os.path.join(self._dir, "cluster.json")
+        self.spec.save(path)
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        if self.hide_gpus:          # host tensors over gRPC; leave GPUs to the client
+            env["CUDA_VISIBLE_DEVICES"] = "-1"
+        for i in range(self.num_tasks):
+            log = open(os.path.join(self._dir, f"task{i}.log"), "w+")
+            self._logs.append(log)
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "tag_tf.frontend.cli", "server", "--cluster", path, "--task", str(i),
+                 "--parent-pid", str(os.getpid())],
+                stdout=subprocess.PIPE, stderr=log, env=env))
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        waiting = {p.stdout: i for i, p in enumerate(self.procs)}
+        sel = selectors.DefaultSelector()
+        for f in waiting:
+            sel.register(f, selectors.EVENT_READ)
+        try:
+            while waiting:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ClusterError(f"local cluster: task(s) {sorted(waiting.values())} not ready after "
+                                       f"{self.start_timeout_s:.0f} s (logs in {self._dir})")
+                for key, _ in sel.select(timeout=min(left, 1.0)):
+                    task = waiting.pop(key.fileobj)
+                    sel.unregister(key.fileobj)
+                    line = key.fileobj.readline().decode(errors="replace").strip()
+                    if not line.startswith(READY):
+                        raise ClusterError(f"local cluster: task {task} failed to start: {self._tail(task) or line}")
+        finally:
+            sel.close()
+
+    def _tail(self, task: int) -> str:
+        log = self._logs[task]
+        log.flush()
+        log.seek(0)
+        lines = log.read().strip().splitlines()
+        return lines[-1] if lines else "no output"
+
+    def stop(self) -> None:
+        stop(self.procs)
+        for p in self.procs:
+            if p.stdout:
+                p.stdout.close()
+        for log in self._logs:
+            log.close()
+        self.procs, self._logs = [], []
+
+
 @contextlib.contextmanager
 def local_cluster(num_tasks: int, cpus_per_task: int = 1, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
-                  start_timeout_s: float = 60.0) -> Iterator[tuple[ClusterSpec, list[subprocess.Popen]]]:
-    """Start `num_tasks` server processes on 127.0.0.1 (`tag-tf server`); stop them by PID on exit."""
-    spec = ClusterSpec(tuple(f"127.0.0.1:{p}" for p in free_ports(num_tasks)), "worker", cpus_per_task, timeout_ms)
-    tmp = tempfile.mkdtemp(prefix="tag_tf_cluster_")
-    path = os.path.join(tmp, "cluster.json")
-    spec.save(path)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    procs: list[subprocess.Popen] = []
-    try:
-        for i in range(num_tasks):
-            log = open(os.path.join(tmp, f"task{i}.log"), "w")
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "tag_tf.frontend.cli", "server", "--cluster", path, "--task", str(i)],
-                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
-        deadline = time.monotonic() + start_timeout_s
-        while spec.unreachable(timeout_s=0.2):
-            for i, p in enumerate(procs):
-                if p.poll() is not None:
-                    raise ClusterError(f"cluster: task {i} exited at start-up (see {tmp}/task{i}.log)")
-            if time.monotonic() > deadline:
-                raise ClusterError(f"cluster: servers did not start within {start_timeout_s:.0f} s")
-            time.sleep(0.2)
-        yield spec, procs
-    finally:
-        stop(procs)
+                  start_timeout_s: float = 120.0) -> Iterator[tuple[ClusterSpec, list[subprocess.Popen]]]:
+    """Start `num_tasks` server processes on 127.0.0.1; yields (spec, processes); stops them by PID."""
+    with LocalCluster(num_tasks, cpus_per_task, timeout_ms=timeout_ms, start_timeout_s=start_timeout_s) as c:
+        yield c.spec, c.procs
 
 
 def stop(procs: Sequence[subprocess.Popen]) -> None:
-    for p in procs:
+    for p in procs:          # by PID: the processes we started
         if p.poll() is None:
-            p.kill()
+            p.terminate()
     for p in procs:
         try:
             p.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            pass
+            p.kill()
+            p.wait(timeout=10)
 
 
 def cpu_topology(num_tasks: int, cpus_per_task: int) -> Any:

@@ -127,9 +127,9 @@ def test_in_process_allreduce_sums_and_is_timed():
 def cluster():
     """One 2-task cluster for the module (server start-up is the slow part); on teardown its
     processes must be gone."""
-    with LocalCluster(2, timeout_s=30) as c:
+    with LocalCluster(2, timeout_ms=30_000) as c:
         assert c.target.startswith("grpc://127.0.0.1:")
-        pids = [p.pid for p in c._procs]
+        pids = [p.pid for p in c.procs]
         yield c
     for pid in pids:
         with pytest.raises(ProcessLookupError):
