@@ -66,8 +66,9 @@ LIMITS = [
     "measurements taken before). Two-process strategies need both cores, so they suffer most.",
     "gRPC moves bytes with CPU time in both processes (serialisation, socket copies), which on 2 "
     "cores competes with the ops of both processes (traced: ops ran 2x slower during large "
-    "transfers). The simulator charges a cross-process transfer or collective to links only "
-    "(kernels/expand.h), so it under-predicts two-process strategies with large transfers.",
+    "transfers). The simulator holds both processes' executors for the per-byte part of a "
+    "cross-process transfer or collective (kernels/expand.h); gRPC's fixed per-message costs and "
+    "the other limits here make up the rest of the two-process error.",
     "TensorFlow's executor runs a chain of ready ops inline and queues the rest (completions of "
     "collectives, gRPC handlers); the simulator starts every ready task as soon as its resources "
     "are free. Strategies with many small collectives (random) wait longer than simulated.",
