@@ -11,7 +11,7 @@ strategy is compiled and run for real, and predicted by the local machine model
     parallel, uneven shares, a seeded random strategy.
 
 Runtime (the same for the profile, the communication measurements and the real runs; see
-`tag_tf.sim.local_model`): one intra-op thread per process; one inter-op thread in the process that
+`tag_tf.sim.local_runtime`): one intra-op thread per process; one inter-op thread in the process that
 runs the in-process strategies (the simulator runs the ops of one process one at a time, and so
 does TensorFlow then); two inter-op threads in the server processes (their gRPC request handlers
 share that pool with the executor); oneDNN and Grappler off (the ops that run are the ops that were

@@ -1,0 +1,258 @@
+"""The user's graph and its compiled form.
+
+`GraphInfo` tells which runs of a user graph train; `capture` snapshots the graph for the IR;
+`Program` is the compiled graph, live in a tf.Graph, with name maps from the user's graph; a
+`Runner` runs one user session's ops and tensors on it."""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from tag_tf.errors import CompileError, GraphError
+from tag_tf.frontend.planning import Plan
+from tag_tf.frontend.session_patch import original_do_run
+from tag_tf.frontend.target import Target
+
+# Ops that initialise state other than variables (replayed in the compiled session at migration).
+_STATE_INIT_OPS = frozenset({"MakeIterator", "InitializeTable", "InitializeTableV2", "InitializeTableFromTextFile",
+                             "InitializeTableFromTextFileV2", "InitializeTableFromDataset",
+                             "LookupTableImport", "LookupTableImportV2"})
+_COLLECTIONS = ("variables", "trainable_variables", "local_variables", "train_op", "losses", "global_step")
+
+
+# =============================================================================================
+# What is known about a user's graph (cached per graph version)
+# =============================================================================================
+@dataclasses.dataclass(frozen=True)
+class GraphInfo:
+    version: int
+    updates: frozenset[str]            # optimizer update ops
+    trains: frozenset[str]             # ops from which an update is reachable (fetching one trains)
+    train_collection: frozenset[str]   # ops of the TRAIN_OP collection
+    state_init: frozenset[str]         # ops that run an iterator/table initialiser
+    queue: frozenset[str]              # ops that run an enqueue/dequeue (graphs with queue runners only)
+
+    @staticmethod
+    def of(graph: Any) -> "GraphInfo":
+        import tensorflow as tf
+
+        from tag_tf.ir import opsets
+
+        ops = graph.get_operations()
+        consumers: dict[str, list[str]] = {}
+        for op in ops:
+            for t in op.inputs:
+                consumers.setdefault(t.op.name, []).append(op.name)
+            for c in op.control_inputs:
+                consumers.setdefault(c.name, []).append(op.name)
+
+        def downstream(seeds: Iterable[str]) -> frozenset[str]:
+            seen: set[str] = set()
+            stack = list(seeds)
+            while stack:
+                name = stack.pop()
+                if name not in seen:
+                    seen.add(name)
+                    stack.extend(consumers.get(name, ()))
+            return frozenset(seen)
+
+        updates = frozenset(op.name for op in ops if opsets.is_optimizer_update(op.type))
+        collection = frozenset((x.op if isinstance(x, tf.Tensor) else x).name
+                               for x in graph.get_collection(tf.compat.v1.GraphKeys.TRAIN_OP))
+        queue: frozenset[str] = frozenset()
+        if updates and graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS):
+            queue = downstream(op.name for op in ops if op.type.startswith(("QueueEnqueue", "QueueDequeue")))
+        return GraphInfo(graph.version, updates, downstream(updates), collection,
+                         downstream(op.name for op in ops if op.type in _STATE_INIT_OPS), queue)
+
+    def training_roots(self, names: Sequence[str]) -> list[str]:
+        """The fetched ops that make a run a training run (GraphError for a TRAIN_OP op that trains
+        nothing)."""
+        roots = [n for n in names if n in self.trains or n in self.train_collection]
+        for n in roots:
+            if n not in self.trains:
+                raise GraphError(f"no train op found: {n!r} is in the TRAIN_OP collection but runs no optimizer "
+                                 f"update (Apply*/ResourceApply* op); tag_tf.distribute distributes "
+                                 f"optimizer-based training only")
+        return list(dict.fromkeys(roots))
+
+
+def capture(graph: Any, roots: Sequence[str]) -> tuple[Any, Any, str | None]:
+    """(GraphDef, MetaGraphDef with the collections the IR reads, train op name) of a live graph.
+
+    Several training roots are grouped under one NoOp added to the captured GraphDef (never to the
+    user's graph, which may be finalized)."""
+    from tensorflow.core.framework import node_def_pb2
+    from tensorflow.core.protobuf import meta_graph_pb2
+    from tensorflow.python.framework import meta_graph
+
+    gd = graph.as_graph_def()
+    meta = meta_graph_pb2.MetaGraphDef()
+    for key in _COLLECTIONS:
+        if graph.get_collection(key):
+            meta_graph.add_collection_def(meta, key, graph=graph)
+    if len(roots) <= 1:
+        return gd, meta, (roots[0] if roots else None)
+    names = {n.name for n in gd.node}
+    name = "tag_tf/train"
+    while name in names:
+        name += "_"
+    group = node_def_pb2.NodeDef(name=name, op="NoOp", input=[f"^{r}" for r in roots])
+    gd.node.append(group)
+    return gd, meta, name
+
+
+# =============================================================================================
+# A compiled graph, live in a tf.Graph, with name maps from the user's graph
+# =============================================================================================
+class Program:
+    """The compiled form of one user graph: a live tf.Graph plus original -> compiled name maps.
+    Fetches first seen after compilation get adapters added to the live graph (thread-safe)."""
+
+    def __init__(self, ir: Any, analysis: Any, compiled: Any, plan: Plan, target: Target):
+        from tag_tf.compiler import Mode
+        from tag_tf.runtime.sessions import import_graph
+        from tag_tf.runtime.variables import VariableIO
+
+        self.ir, self.analysis, self.compiled, self.plan, self.target = ir, analysis, compiled, plan, target
+        self.graph = import_graph(compiled.graph_def)
+        variables = ir.variables.values()
+        self.io = VariableIO(self.graph, compiled.variables, {v.name: v.kind for v in variables},
+                             {v.name: v.dtype for v in variables})
+        self.updates = frozenset(n for n in ir.ancestors([ir.meta.train_op]) if _is_update(ir, n))
+        # A fed batch smaller than a replicated layout leaves replicas without samples (see check_batch).
+        self.batch_inputs = frozenset(ir.meta.feeds)
+        self.replicas = max((lay.size for lay in compiled.placement.layouts.values()
+                             if lay.mode is Mode.REPLICATED), default=1)
+        self._tensors: dict[str, str] = dict(compiled.fetch_tensors)
+        self._ops: dict[str, str] = dict(compiled.run_ops)
+        self._covered: dict[frozenset[str], bool] = {}
+        self._lock = threading.Lock()
+
+    # -- names -------------------------------------------------------------------------------
+    def _known(self, op: str, what: str) -> None:
+        if op not in self.ir:
+            raise CompileError(f"cannot {what}: {op!r} is not in the graph tag_tf compiled (it was created "
+                               f"after training started); create it before the first training run")
+
+    def tensor(self, name: str) -> str:
+        """The compiled tensor holding the whole value of original tensor `name`."""
+        found = self._tensors.get(name)
+        if found is None:
+            op = name.rpartition(":")[0]
+            self._known(op, f"fetch {name!r}")
+            found = self._extend(tensors=[name])[name]
+        return found
+
+    def op(self, name: str) -> str:
+        """The compiled op running every instance of original op `name`."""
+        found = self._ops.get(name)
+        if found is None:
+            self._known(name, f"run {name!r}")
+            found = self._extend(ops=[name])[name]
+        return found
+
+    def feed(self, name: str) -> str:
+        """The compiled tensor to feed for original tensor `name` (feeds keep their names)."""
+        op, _, index = name.rpartition(":")
+        self._known(op, f"feed {name!r}")
+        instances = self.compiled.builder.instances[op]
+        if len(instances) != 1:
+            raise CompileError(f"cannot feed {name!r}: the plan runs its op on {len(instances)} devices; feed a "
+                               f"placeholder (or a tensor computed once) instead")
+        return f"{instances[0]}:{index}"
+
+    def check_batch(self, name: str, value: Any) -> None:
+        """A dynamic batch smaller than the number of replicas would give some replicas no samples
+        (and a NaN mean): refuse it by name rather than train on NaN."""
+        if name in self.batch_inputs and np.ndim(value) and np.shape(value)[0] < self.replicas:
+            raise CompileError(f"cannot feed {name!r} a batch of {np.shape(value)[0]} sample(s): the plan splits "
+                               f"it over {self.replicas} replicas; feed at least {self.replicas} (e.g. drop "
+                               f"the last partial batch)")
+
+    def feed_obj(self, name: str) -> Any:
+        return self.graph.get_tensor_by_name(self.feed(name))
+
+    def covers(self, roots: Sequence[str]) -> bool:
+        """Whether running `roots` only runs optimizer updates this program distributes (ops it does
+        not know are left to `op`/`tensor`, which name them)."""
+        key = frozenset(r for r in roots if r in self.ir)
+        if key not in self._covered:
+            self._covered[key] = all(n in self.updates for n in self.ir.ancestors(key) if _is_update(self.ir, n))
+        return self._covered[key]
+
+    def _extend(self, tensors: Sequence[str] = (), ops: Sequence[str] = ()) -> dict[str, str]:
+        with self._lock:
+            try:
+                nodes, names = self.compiled.extend(tensors=tensors, ops=ops)
+            except CompileError as e:
+                what = (list(tensors) + list(ops))[0]
+                raise CompileError(f"cannot fetch {what!r} from the distributed graph: {e}") from None
+            add_nodes(self.graph, nodes)
+            self._tensors.update({t: names[t] for t in tensors})
+            self._ops.update({o: names[o] for o in ops})
+            return names
+
+
+def _is_update(ir: Any, name: str) -> bool:
+    from tag_tf.ir import opsets
+
+    return opsets.is_optimizer_update(ir.op(name).type)
+
+
+def add_nodes(graph: Any, nodes: Sequence[Any]) -> None:
+    """Add compiler-made NodeDefs to a live graph, wired to its existing ops by name.
+    (import_graph_def cannot remap control inputs on ops without outputs, so create ops directly.)"""
+    from tag_tf.ir import TensorRef
+
+    for node in nodes:
+        inputs = [graph.get_tensor_by_name(TensorRef.parse(i).name) for i in node.input if not i.startswith("^")]
+        control = [graph.get_operation_by_name(i[1:]) for i in node.input if i.startswith("^")]
+        with graph.device(node.device), graph.control_dependencies(control):
+            # A trailing "/" keeps the name exactly (the builder made it unique).
+            graph.create_op(node.op, inputs, name=node.name + "/", attrs=dict(node.attr))
+
+
+# =============================================================================================
+# One user session running on a Program
+# =============================================================================================
+class Runner:
+    """Runs original ops/tensors of one user session on its compiled session."""
+
+    def __init__(self, program: Program, session: Any):
+        self.program = program
+        self.session = session
+
+    def run(self, targets: Sequence[str], fetches: Sequence[str], feeds: Mapping[str, Any],
+            options: Any = None, run_metadata: Any = None) -> list[Any]:
+        """Run original ops `targets` and fetch original tensors `fetches` (values in that order).
+
+        `options`/`run_metadata` are the serialized buffers `BaseSession._do_run` receives: the
+        compiled session's own `_do_run` fills the caller's RunMetadata."""
+        import tensorflow as tf
+
+        p = self.program
+        names = [p.tensor(t) for t in fetches]
+        unique = list(dict.fromkeys(names))          # tf.Tensors are not hashable: dedupe by name
+        target_ops = [p.graph.get_operation_by_name(o) for o in dict.fromkeys(p.op(o) for o in targets)]
+        for name, value in feeds.items():
+            p.check_batch(name, value)
+        feed = {p.feed_obj(name).ref(): value for name, value in feeds.items()}
+        try:
+            values = original_do_run(self.session, None, target_ops,
+                                     [p.graph.get_tensor_by_name(n) for n in unique], feed, options,
+                                     run_metadata)
+        except tf.errors.OpError as e:
+            if p.target.cluster is not None and isinstance(e, (tf.errors.UnavailableError,
+                                                              tf.errors.DeadlineExceededError)):
+                raise p.target.explain(e) from None
+            raise
+        by_name = dict(zip(unique, values))
+        return [by_name[n] for n in names]
+
+    def close(self) -> None:
+        self.session.close()
+

@@ -1,0 +1,90 @@
+"""Where compiled graphs run: this process (virtual CPUs or its GPUs) or a cluster of `tag-tf server`s.
+
+`resolve_target` turns a `distribute(topology=, cluster=)` request into a `Target` (topology, device
+map, cluster), refusing topologies that cannot run here."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from tag_tf.errors import TopologyError
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    topology: Any              # tag_tf.topology.Topology
+    devices: Any               # tag_tf.compiler.DeviceMap
+    cluster: Any = None        # tag_tf.runtime.cluster.ClusterSpec, or None for this process
+    num_cpus: int = 1          # virtual CPU devices this process needs (local runs)
+
+    def check(self) -> None:
+        if self.cluster is not None:
+            self.cluster.check()
+
+    def config(self, user_config: Any = None) -> Any:
+        """The user's ConfigProto with this target's devices (and the cluster's settings)."""
+        import tensorflow as tf
+
+        config = tf.compat.v1.ConfigProto()
+        if user_config is not None:
+            config.CopyFrom(user_config)
+        if self.cluster is not None:
+            config.MergeFrom(self.cluster.session_config())
+        else:
+            config.device_count["CPU"] = max(self.num_cpus, config.device_count.get("CPU", 1))
+        config.allow_soft_placement = True
+        return config
+
+    def session(self, graph: Any, user_config: Any = None) -> Any:
+        import tensorflow as tf
+
+        target = self.cluster.target if self.cluster is not None else ""
+        sess = tf.compat.v1.Session(target, graph=graph, config=self.config(user_config))
+        sess._tag_tf_internal = True      # our own session: the patch passes it straight through
+        return sess
+
+    def explain(self, error: Exception) -> Exception:
+        """A TF error from a cluster run turned into a ClusterError naming a dead task, if any."""
+        if self.cluster is not None and self.cluster.unreachable():
+            return self.cluster.explain(error)
+        return error
+
+
+def resolve_target(topology: Any = None, cluster: Any = None) -> Target:
+    """Topology + cluster -> the devices compiled graphs run on; TopologyError when they cannot run."""
+    from tag_tf.compiler import DeviceMap
+    from tag_tf.runtime.cluster import ClusterSpec, cpu_topology
+    from tag_tf.topology import load_topology, local
+
+    if cluster is not None:
+        spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.load(os.fspath(cluster))
+        topo = cpu_topology(len(spec.tasks), spec.cpus_per_task) if topology is None else load_topology(topology)
+        if topo.num_machines != len(spec.tasks):
+            raise TopologyError(f"topology {topo.name!r} has {topo.num_machines} machine(s) but the cluster has "
+                                f"{len(spec.tasks)} task(s); task i runs machine i, so they must match")
+        for m in topo.machines:
+            if all(g.type == "cpu" for g in m.gpus) and m.num_gpus > spec.cpus_per_task:
+                raise TopologyError(f"topology {topo.name!r}: machine {m.name!r} has {m.num_gpus} CPU devices "
+                                    f"but the cluster's servers have cpus_per_task={spec.cpus_per_task}")
+        return Target(topo, DeviceMap.for_topology(topo, job=spec.job), spec)
+    topo = local() if topology is None else load_topology(topology)
+    _check_runs_here(topo)
+    if all(d.type == "cpu" for d in topo.devices):
+        return Target(topo, DeviceMap.local_cpus(topo.num_devices), None, topo.num_devices)
+    return Target(topo, DeviceMap.for_topology(topo, job="localhost"), None, 1)
+
+
+def _check_runs_here(topo: Any) -> None:
+    """A topology runs in this process only if it is one machine whose GPUs are all present."""
+    import tensorflow as tf
+
+    gpus = [d.type for d in topo.devices if d.type != "cpu"]
+    present = len(tf.config.list_physical_devices("GPU"))
+    if topo.num_machines == 1 and len(gpus) <= present:
+        return
+    kinds = ", ".join(f"{gpus.count(t)}x {t}" for t in dict.fromkeys(gpus)) or "CPU devices"
+    raise TopologyError(
+        f"topology {topo.name!r} ({topo.num_machines} machine(s), {kinds}) does not match the devices "
+        f"present (1 machine, {present} GPU(s)): such topologies can be planned and simulated but not run "
+        f"here; to run it pass cluster= with one server per machine")
