@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from machine import cpu_name  # noqa: E402  (benchmarks/machine.py)
+
 from tag_tf import _simcore
 from tag_tf.sim.engine import Engine, make_task_graph
 
@@ -144,7 +146,7 @@ def main() -> None:
         "benchmark": "engine_speed",
         "note": "min/median ms over repeats of one run (single thread); see the docstring for the graph",
         "cases": [measure(args.tasks, replicated, args.repeats) for replicated in (False, True)],
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         # Other jobs share this machine: medians suffer from it, minima much less.
         "load_average_1min_at_end": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
@@ -153,17 +155,6 @@ def main() -> None:
     with open(args.out, "w") as f:
         json.dump(out, f, indent=2)
     print(json.dumps(out, indent=2))
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

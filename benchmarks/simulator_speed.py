@@ -35,6 +35,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
+from machine import cpu_name  # noqa: E402  (benchmarks/machine.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESETS = ("testbed", "cloud")
 TARGET = {"model": "resnet101", "preset": "testbed", "max_median_ms": 20.0}
@@ -196,7 +198,7 @@ def main() -> int:
         "target": {**TARGET, "median_ms": target["dp"]["median_ms"] if target else None,
                    "met": bool(target and target["dp"]["median_ms"] <= TARGET["max_median_ms"])},
         "cases": cases,
-        "host": {"cpu": _cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version(),
+        "host": {"cpu": cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version(),
                  "load_average_1min_at_end": round(os.getloadavg()[0], 2)},
         "elapsed_s": round(time.time() - started, 1),
     }
@@ -207,17 +209,6 @@ def main() -> int:
           f"(<= {TARGET['max_median_ms']} ms: {'met' if doc['target']['met'] else 'NOT met'})")
     print(f"wrote {args.out} ({doc['elapsed_s']} s)")
     return 0
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

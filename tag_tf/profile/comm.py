@@ -83,8 +83,8 @@ def _config(timeout_s: float, leader: str | None = None, cpus: int | None = None
     return cfg
 
 
-def _time_steps(run: Callable[[], Any], baseline: Callable[[], Any], repeats: int,
-                warmup: int) -> tuple[float, float]:
+def time_pair(run: Callable[[], Any], baseline: Callable[[], Any], repeats: int,
+              warmup: int = 2) -> tuple[float, float]:
     """Median seconds of `run` and of `baseline`, interleaved so drift hits both alike."""
     if repeats < 1:
         raise ProfileError(f"repeats must be >= 1, got {repeats}")
@@ -118,7 +118,7 @@ def _run_tf(fn: Callable[[], Any], what: str) -> Any:
         raise ProfileError(f"{what}: {type(e).__name__}: {e.message.splitlines()[0]}") from None
 
 
-def _chain_length(nbytes: int, budget: int = 16 * MiB, most: int = 16) -> int:
+def chain_length(nbytes: int, budget: int = 16 * MiB, most: int = 16) -> int:
     """How many back-to-back transfers (or all-reduces) one timed step chains: small messages are
     repeated so the per-step overhead and its jitter are spread over many of them."""
     return max(1, min(most, budget // max(nbytes, 1)))
@@ -131,7 +131,7 @@ def measure_p2p(sizes: Sequence[int], repeats: int = 5, warmup: int = 1,
     own cluster unless one with >= 2 tasks is given. `record`, if given, gets one dict per size
     with the raw step and baseline medians and the chain length.
 
-    The timed step chains `_chain_length(bytes)` hops task:0 -> task:1 -> task:0 ... (an Identity
+    The timed step chains `chain_length(bytes)` hops task:0 -> task:1 -> task:0 ... (an Identity
     on the receiving task, grappler off so it stays), each hop moving the whole tensor, and the
     per-transfer time is (median(step) - median(baseline)) / hops."""
     if cluster is None:
@@ -145,7 +145,7 @@ def measure_p2p(sizes: Sequence[int], repeats: int = 5, warmup: int = 1,
     config.graph_options.rewrite_options.disable_meta_optimizer = True   # keep the Identity hops
     out: list[Sample] = []
     for nbytes in sizes:
-        n, hops = _elements(nbytes), _chain_length(nbytes)
+        n, hops = _elements(nbytes), chain_length(nbytes)
         g = tf.Graph()
         with g.as_default():
             with tf.device(cluster.device(0)):
@@ -163,7 +163,7 @@ def measure_p2p(sizes: Sequence[int], repeats: int = 5, warmup: int = 1,
             init = tf.compat.v1.global_variables_initializer()
         with tf.compat.v1.Session(cluster.target, graph=g, config=config) as sess:
             _run_tf(lambda: sess.run(init), f"p2p {nbytes} B: init")
-            step, base = _run_tf(lambda: _time_steps(
+            step, base = _run_tf(lambda: time_pair(
                 lambda: sess.run(end.op), lambda: sess.run([local_slice.op, tiny_read.op]),
                 repeats, warmup), f"p2p {nbytes} B")
         out.append((int(nbytes), max(step - base, 0.0) / hops))
@@ -270,7 +270,7 @@ def measure_allreduce(num_devices: int, sizes: Sequence[int], processes: bool = 
     def body(p: _Placement) -> list[Sample]:
         out: list[Sample] = []
         for nbytes in sizes:
-            n, rounds = _elements(nbytes), _chain_length(nbytes, most=8)
+            n, rounds = _elements(nbytes), chain_length(nbytes, most=8)
             g = tf.Graph()
             with g.as_default():
                 inits = [tf.random.uniform([n], dtype=tf.float32, seed=i) for i in range(num_devices)]
@@ -288,7 +288,7 @@ def measure_allreduce(num_devices: int, sizes: Sequence[int], processes: bool = 
                 for i, r in enumerate(res):
                     if not np.allclose(r, want, rtol=1e-4, atol=1e-5):
                         raise ProfileError(f"{what}: device {i} got a wrong sum")
-                step, base = _run_tf(lambda: _time_steps(
+                step, base = _run_tf(lambda: time_pair(
                     lambda: sess.run([o.op for o in out_heads]),
                     lambda: sess.run([h.op for h in heads]), repeats, warmup), what)
             out.append((int(nbytes), max(step - base, 0.0) / rounds))

@@ -302,15 +302,10 @@ class TrainStep:
 def session_config(tf_device: str, inter_op_threads: int | None = 1) -> Any:
     """A ConfigProto that keeps every node as written (no Grappler, no folding, no CSE)."""
     import tensorflow as tf
-    from tensorflow.core.protobuf import config_pb2
 
-    cfg = tf.compat.v1.ConfigProto(allow_soft_placement=True)
-    cfg.graph_options.rewrite_options.disable_meta_optimizer = True
-    opts = cfg.graph_options.optimizer_options
-    opts.opt_level = config_pb2.OptimizerOptions.L0
-    opts.do_constant_folding = False
-    opts.do_common_subexpression_elimination = False
-    opts.do_function_inlining = False
+    from tag_tf.runtime.sessions import keep_as_written
+
+    cfg = keep_as_written(tf.compat.v1.ConfigProto(allow_soft_placement=True))
     if tf_device.startswith("/device:CPU"):
         cfg.device_count["GPU"] = 0
         if inter_op_threads:

@@ -7,18 +7,29 @@ DEFAULT_TIMEOUT_MS = 60_000
 
 
 def session_config(num_cpus: int = 1, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
-                   collective_leader: str | None = None, keep_names: bool = False) -> Any:
+                   collective_leader: str | None = None) -> Any:
     """A ConfigProto with `num_cpus` virtual CPU devices and an operation timeout (a mistake then
-    fails with DeadlineExceeded instead of hanging). `keep_names` disables Grappler so node names
-    survive (profiling)."""
+    fails with DeadlineExceeded instead of hanging)."""
     import tensorflow as tf
 
     config = tf.compat.v1.ConfigProto(device_count={"CPU": num_cpus}, allow_soft_placement=True,
                                       operation_timeout_in_ms=timeout_ms)
     if collective_leader:
         config.experimental.collective_group_leader = collective_leader
-    if keep_names:
-        config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return config
+
+
+def keep_as_written(config: Any) -> Any:
+    """Run every node as written: no Grappler, constant folding, CSE or inlining. Profiling needs
+    this (traced node names must be the graph's, and no op may be folded away)."""
+    from tensorflow.core.protobuf import config_pb2
+
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    opts = config.graph_options.optimizer_options
+    opts.opt_level = config_pb2.OptimizerOptions.L0
+    opts.do_constant_folding = False
+    opts.do_common_subexpression_elimination = False
+    opts.do_function_inlining = False
     return config
 
 

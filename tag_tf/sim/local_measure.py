@@ -9,37 +9,14 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from tag_tf.profile.comm import chain_length, time_pair
 from tag_tf.sim.local_runtime import SetupRunner, session_config
 
 _KEYS = itertools.count(1 << 30)   # collective keys of the measurements: far above the ones compiled graphs use
-
-
-def _median_pair(run: Callable[[], Any], base: Callable[[], Any], repeats: int, warmup: int = 2
-                 ) -> tuple[float, float]:
-    """Median seconds of `run` and `base`, alternated so machine noise hits both alike."""
-    for _ in range(warmup):
-        base()
-        run()
-    runs, bases = [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        base()
-        t1 = time.perf_counter()
-        run()
-        t2 = time.perf_counter()
-        bases.append(t1 - t0)
-        runs.append(t2 - t1)
-    return statistics.median(runs), statistics.median(bases)
-
-
-def _chain(nbytes: int, budget: int = 16 << 20, most: int = 16) -> int:
-    """Operations chained in one timed step: small ones are repeated to spread the step's overhead."""
-    return max(1, min(most, budget // max(nbytes, 1)))
 
 
 def measure_transfers(runner: SetupRunner, src: int, dst: int, sizes: Sequence[int], repeats: int
@@ -54,7 +31,7 @@ def measure_transfers(runner: SetupRunner, src: int, dst: int, sizes: Sequence[i
     out = []
     a, b = runner.devices[src], runner.devices[dst]
     for nbytes in sizes:
-        hops = _chain(nbytes)
+        hops = chain_length(nbytes)
         g = tf.Graph()
         with g.as_default():
             with tf.device(a):
@@ -72,7 +49,7 @@ def measure_transfers(runner: SetupRunner, src: int, dst: int, sizes: Sequence[i
             init = tf.compat.v1.global_variables_initializer()
         with runner.session(g) as sess:
             sess.run(init)
-            step, base = _median_pair(lambda: sess.run(end_x.op), lambda: sess.run([end_y.op, tiny.op]), repeats)
+            step, base = time_pair(lambda: sess.run(end_x.op), lambda: sess.run([end_y.op, tiny.op]), repeats)
         out.append((int(nbytes), max(step - base, 0.0) / hops))
     return out
 
@@ -90,7 +67,7 @@ def measure_collectives(runner: SetupRunner, devices: Sequence[int], sizes: Sequ
     names = [runner.devices[d] for d in devices]
     out = []
     for nbytes in sizes:
-        rounds = _chain(nbytes, most=8)
+        rounds = chain_length(nbytes, most=8)
         n = max(1, nbytes // 4)
         g = tf.Graph()
         with g.as_default():
@@ -117,7 +94,7 @@ def measure_collectives(runner: SetupRunner, devices: Sequence[int], sizes: Sequ
             init = tf.compat.v1.global_variables_initializer()
         with runner.session(g) as sess:
             sess.run(init)
-            step, base = _median_pair(lambda: sess.run([e.op for e in ends]),
+            step, base = time_pair(lambda: sess.run([e.op for e in ends]),
                                       lambda: sess.run([h.op for h in heads]), repeats)
         out.append((int(nbytes), max(step - base, 0.0) / rounds))
     return out
@@ -142,7 +119,7 @@ def measure_step_overhead(runner: SetupRunner, feed_sizes: Sequence[int], repeat
                     fetch.append(tf.constant(0.0).op)
         value = np.zeros(max(1, nbytes // 4), np.float32)
         with runner.session(g) as sess:
-            step, _ = _median_pair(lambda: sess.run(fetch, {ph: value}), lambda: None, repeats)
+            step, _ = time_pair(lambda: sess.run(fetch, {ph: value}), lambda: None, repeats)
         out.append((int(nbytes), step))
     return out
 

@@ -91,18 +91,13 @@ def session_config(num_cpus: int = 1, *, leader: str | None = None, timeout_ms: 
     every op as written (no Grappler, folding or CSE: the profiler's setting), an operation
     timeout, and the collective group leader for cluster sessions."""
     import tensorflow as tf
-    from tensorflow.core.protobuf import config_pb2
+    from tag_tf.runtime.sessions import keep_as_written
 
     cfg = tf.compat.v1.ConfigProto(device_count={"CPU": num_cpus}, allow_soft_placement=True,
                                    inter_op_parallelism_threads=THREADS,
                                    intra_op_parallelism_threads=THREADS,
                                    operation_timeout_in_ms=timeout_ms)
-    cfg.graph_options.rewrite_options.disable_meta_optimizer = True
-    opts = cfg.graph_options.optimizer_options
-    opts.opt_level = config_pb2.OptimizerOptions.L0
-    opts.do_constant_folding = False
-    opts.do_common_subexpression_elimination = False
-    opts.do_function_inlining = False
+    keep_as_written(cfg)
     if leader:
         cfg.experimental.collective_group_leader = leader
     return cfg
