@@ -66,13 +66,5 @@ class PassContext:
         for instrument in self.instruments:
             instrument(name, result)
 
-    def run(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run one pass under its timer, check the deadline, then let instruments see the result."""
-        self.check_deadline(name)
-        with self.timer(name):
-            result = fn(self, *args, **kwargs)
-        self.after_pass(name, result)
-        return result
-
     def timing_report(self) -> dict[str, float]:
         return {name: round(t.seconds, 4) for name, t in self.timers.items()}

@@ -5,7 +5,7 @@ from typing import Mapping
 
 from tag_tf.analysis.batch_dims import BatchDims
 from tag_tf.analysis.rules import OpView, annotate, decide
-from tag_tf.analysis.states import FULL, Category, Flag, Kind, OpAnnotation, State, local, split
+from tag_tf.analysis.states import FULL, Category, Flag, OpAnnotation, State, local, split
 from tag_tf.ir import Graph, TensorRef
 
 
@@ -57,8 +57,3 @@ def category_counts(annotations: Mapping[str, OpAnnotation], ops) -> dict[str, i
 def unclassified_types(annotations: Mapping[str, OpAnnotation], graph: Graph, ops) -> list[str]:
     return sorted({graph.op(n).type for n in ops if Flag.UNCLASSIFIED in annotations[n].flags})
 
-
-def batch_dependent(annotations: Mapping[str, OpAnnotation], name: str) -> bool:
-    ann = annotations[name]
-    return any(s.kind is not Kind.FULL for s in ann.outputs) or any(
-        s.kind is not Kind.FULL for s in ann.requires)

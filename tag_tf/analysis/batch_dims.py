@@ -38,9 +38,8 @@ class BatchDims:
     b2: int
     tensors: Mapping[TensorRef, TensorBatch]
     # Int constants whose value carries the batch size: op name -> boolean mask of scaled entries.
+    # (Float constants that changed, e.g. a folded 1/B, stay global: nothing to record.)
     batch_consts: Mapping[str, np.ndarray]
-    # Float constants whose value changed with the batch size (e.g. a folded 1/B): left global.
-    batch_valued_floats: frozenset[str]
 
     def of(self, ref: TensorRef) -> TensorBatch:
         return self.tensors.get(ref, UNBATCHED)
@@ -52,7 +51,6 @@ def compare(g1: Graph, g2: Graph, b1: int, b2: int) -> BatchDims:
         raise ValueError("batch sizes must differ")
     tensors: dict[TensorRef, TensorBatch] = {}
     batch_consts: dict[str, np.ndarray] = {}
-    float_consts: set[str] = set()
     for op in g1:
         if op.name not in g2:
             raise GraphError(f"op {op.name!r} exists at batch {b1} but not at batch {b2}")
@@ -69,10 +67,8 @@ def compare(g1: Graph, g2: Graph, b1: int, b2: int) -> BatchDims:
                     if np.array_equal(scaled, v1 != v2):
                         batch_consts[op.name] = scaled
                         continue
-                if np.issubdtype(v1.dtype, np.floating) and v1.shape == v2.shape:
-                    float_consts.add(op.name)
                 # Consts whose *shape* scales are handled through `tensors` (sliced per replica).
-    return BatchDims(b1, b2, tensors, batch_consts, frozenset(float_consts))
+    return BatchDims(b1, b2, tensors, batch_consts)
 
 
 def _compare_shape(s1, s2, b1: int, b2: int) -> TensorBatch:

@@ -678,11 +678,9 @@ RULES: Mapping[str, Rule] = {
     "StridedSlice": rule_strided_slice, "Slice": rule_strided_slice,
     "RandomUniform": rule_random, "RandomStandardNormal": rule_random, "TruncatedNormal": rule_random,
     "RandomUniformInt": rule_random,
+    **{t: rule_reduction for t in REDUCTIONS},
+    **{t: rule_shape for t in SHAPE_OPS},
 }
-for _t in REDUCTIONS:
-    RULES = {**RULES, _t: rule_reduction}
-for _t in SHAPE_OPS:
-    RULES = {**RULES, _t: rule_shape}
 
 
 def _rule_for(op_type: str) -> Rule | None:
@@ -750,7 +748,7 @@ def decide(v: OpView) -> OpAnnotation:
 
 
 def _float_to_float(v: OpView) -> bool:
-    src = v.graph.tensor(v.op.inputs[0]).base_dtype
-    return src in FLOAT_DTYPES and v.op.outputs[0].base_dtype in FLOAT_DTYPES and \
-        np.dtype(src if src != "bfloat16" else "float32").itemsize <= \
-        np.dtype(v.op.outputs[0].base_dtype if v.op.outputs[0].base_dtype != "bfloat16" else "float32").itemsize
+    """A cast to the same or a wider float type is exact, hence linear on partial sums."""
+    src, dst = v.graph.tensor(v.op.inputs[0]), v.op.outputs[0]
+    return (src.base_dtype in FLOAT_DTYPES and dst.base_dtype in FLOAT_DTYPES
+            and (src.base_dtype == dst.base_dtype or src.itemsize < dst.itemsize))

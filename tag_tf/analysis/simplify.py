@@ -28,10 +28,6 @@ class PlanningGraph:
     edge_bytes: np.ndarray                   # [E] int64 bytes at the planning batch size
     folded: Mapping[str, int]                # counts of folded ops by kind
 
-    @property
-    def index(self) -> Mapping[str, int]:
-        return {name: i for i, name in enumerate(self.ops)}
-
     def members(self) -> dict[str, list[str]]:
         """Planned op -> all training ops hosted by it (itself first)."""
         out: dict[str, list[str]] = {name: [name] for name in self.ops}

@@ -136,7 +136,5 @@ def set_attr(node: Any, key: str, kind: str, value: Any) -> None:
         attr.b = bool(value)
     elif kind == "s":
         attr.s = value.encode() if isinstance(value, str) else value
-    elif kind == "ints":
-        attr.list.i.extend(int(v) for v in value)
     else:
         raise ValueError(f"unknown attr kind {kind!r}")

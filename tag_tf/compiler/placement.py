@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 
@@ -21,7 +21,6 @@ from tag_tf.analysis import Analysis
 from tag_tf.analysis.grouping import _UnionFind, colocation_pairs, group_ops
 from tag_tf.analysis.simplify import PlanningGraph, training_ops
 from tag_tf.analysis.states import Flag
-from tag_tf.errors import StrategyError
 from tag_tf.ir import opsets
 from tag_tf.strategy import GroupPlan, Option, Strategy, split_counts
 
@@ -188,10 +187,6 @@ def _group_layout(plan: GroupPlan, strategy: Strategy, batch: int, dynamic: bool
     weights = strategy.share_weights(plan.devices)
     counts = () if dynamic else split_counts(batch, weights)
     return Layout(Mode.REPLICATED, plan.devices, counts, weights if dynamic else (), plan.option)
-
-
-def describe(placement: Placement, ops: Sequence[str]) -> dict[str, str]:
-    return {op: str(placement.of(op)) for op in ops}
 
 
 __all__ = ["HOST", "Layout", "Mode", "Placement", "resolve", "single", "mp_partition"]

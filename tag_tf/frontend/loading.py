@@ -7,7 +7,6 @@ from typing import Any, Callable
 
 from tag_tf.analysis import Analysis, analyze
 from tag_tf.context import Options, PassContext
-from tag_tf.errors import TagError
 from tag_tf.ir import Graph, from_file, from_graph_def
 
 
@@ -60,6 +59,26 @@ def load(args: argparse.Namespace, **model_extra: Any) -> Loaded:
     return Loaded(model_ir(model), rebuild, model, args.model)
 
 
+def strategy_from_spec(spec: str, analysis: Analysis, topology: Any, *, seed: int = 0,
+                       check_topology: bool = True) -> Any:
+    """`--strategy`: a baseline ("dp", "dp-p"), "random" (seeded) or a strategy JSON file, checked
+    against the graph (and, with `check_topology`, the topology it was made for)."""
+    import numpy as np
+
+    from tag_tf.search.baselines import BASELINES, baseline, random_strategy
+    from tag_tf.strategy import Strategy
+
+    n = len(analysis.grouping.groups)
+    if spec in BASELINES:
+        return baseline(spec, n, topology)
+    if spec == "random":
+        return random_strategy(n, topology.num_devices, np.random.default_rng(seed))
+    strategy = Strategy.load(spec)
+    strategy.validate(n, topology.num_devices, graph=analysis.graph.fingerprint,
+                      topology=topology.fingerprint if check_topology else None)
+    return strategy
+
+
 def analysis_for(loaded: Loaded, args: argparse.Namespace, ctx: PassContext | None = None) -> Analysis:
     ctx = ctx or PassContext(Options(num_groups=getattr(args, "groups", None) or 60))
     if getattr(args, "graph", None):
@@ -67,4 +86,4 @@ def analysis_for(loaded: Loaded, args: argparse.Namespace, ctx: PassContext | No
     return analyze(ctx, loaded.graph, rebuild=loaded.rebuild)
 
 
-__all__ = ["Loaded", "add_model_args", "load", "analysis_for", "model_ir", "TagError"]
+__all__ = ["Loaded", "add_model_args", "load", "analysis_for", "model_ir", "strategy_from_spec"]

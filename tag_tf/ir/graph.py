@@ -19,7 +19,6 @@ _DTYPE_BYTES = {
     "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
     "bool": 1, "complex64": 8, "complex128": 16, "qint8": 1, "quint8": 1, "qint32": 4,
 }
-INTEGER_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"})
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "float", "double"})
 
 
@@ -250,10 +249,6 @@ class Graph:
         if self.versions is not None:
             gd.versions.CopyFrom(self.versions)
         return gd
-
-    def with_meta(self, meta: GraphMeta) -> "Graph":
-        g = Graph(self, self._node_defs, meta, self.variables.values(), self.library, self.versions)
-        return g
 
 
 def _fingerprint(graph: "Graph", nodes: list[Any]) -> str:

@@ -16,14 +16,6 @@ _UPDATE_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseAppl
 CONTROL_FLOW_OPS = frozenset({"Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond",
                               "RefEnter", "RefExit", "RefMerge", "RefSwitch", "RefNextIteration"})
 
-# Ops whose output differs run to run (their replicas cannot reproduce the original's values).
-RANDOM_OPS = frozenset({"RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
-                        "RandomShuffle", "Multinomial", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
-                        "StatelessRandomUniformV2", "StatelessRandomNormalV2"})
-
-# Ops that read a variable's value (their output is a plain tensor).
-VARIABLE_READS = frozenset({"ReadVariableOp", "Identity"})
-
 
 def is_variable_writer(op_type: str) -> bool:
     return op_type in _WRITER_EXACT or op_type.startswith(_WRITER_PREFIXES)
@@ -31,10 +23,6 @@ def is_variable_writer(op_type: str) -> bool:
 
 def is_optimizer_update(op_type: str) -> bool:
     return op_type.startswith(_UPDATE_PREFIXES)
-
-
-def is_sparse_update(op_type: str) -> bool:
-    return op_type.startswith(("SparseApply", "ResourceSparseApply"))
 
 
 def gradient_input(op_type: str) -> int | None:

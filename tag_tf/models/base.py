@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
 
 import numpy as np
 
@@ -53,5 +52,3 @@ class ModelGraph:
         """Parameter bytes at the model's dtype (float32 unless built otherwise)."""
         return np.dtype(self.dtype).itemsize * self.num_params
 
-
-Builder = Callable[..., ModelGraph]

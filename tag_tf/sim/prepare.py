@@ -9,7 +9,7 @@ analysis — the same facts the compiler acts on.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -176,7 +176,3 @@ def _comm_fits(comm: Any, num_devices: int) -> dict[str, Any]:
         out[f"allreduce_{scope}"] = fits
     return out
 
-
-def edge_summary(prepared: Mapping[str, Any]) -> dict[str, int]:
-    return {"ops": int(prepared["num_ops"]), "edges": int(len(prepared["e_src"])),
-            "control_edges": int(len(prepared["c_src"])), "links": int(prepared["num_links"])}

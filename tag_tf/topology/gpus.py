@@ -102,11 +102,6 @@ def gpu_type(name: str) -> GpuType:
     raise TopologyError(f"unknown GPU type {name!r}; known types: {', '.join(GPU_TYPES)}")
 
 
-def canonical_name(name: str) -> str:
-    """The canonical GPU_TYPES key for a name or alias. Raises TopologyError."""
-    return gpu_type(name).name
-
-
 def type_from_device_name(device_name: str) -> str | None:
     """Best-effort canonical type from a CUDA device name as TensorFlow reports it
     (e.g. "Tesla V100-SXM2-16GB", "NVIDIA A100-SXM4-80GB", "NVIDIA GeForce GTX 1080 Ti");

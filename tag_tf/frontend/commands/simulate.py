@@ -4,31 +4,19 @@ from __future__ import annotations
 import json
 import sys
 
-from tag_tf.frontend.loading import add_model_args, analysis_for, load
+from tag_tf.frontend.loading import add_model_args, analysis_for, load, strategy_from_spec
 
 
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="predict iteration time and memory of a strategy (simulated)")
     add_model_args(p)
     p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED) or file")
-    p.add_argument("--strategy", default="dp", help="dp | dp-p | a strategy JSON file")
+    p.add_argument("--strategy", default="dp", help="dp | dp-p | random | a strategy JSON file")
     p.add_argument("--groups", type=int, default=60)
     p.add_argument("--trace", help="write a Chrome/Perfetto trace of the simulated iteration here")
     p.add_argument("--gantt", help="write a Gantt chart PNG of the simulated iteration here")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
-
-
-def load_strategy(spec: str, analysis, topology):
-    from tag_tf.search.baselines import BASELINES, baseline
-    from tag_tf.strategy import Strategy
-
-    n = len(analysis.grouping.groups)
-    if spec in BASELINES:
-        return baseline(spec, n, topology)
-    strategy = Strategy.load(spec)
-    strategy.validate(n, topology.num_devices, graph=analysis.graph.fingerprint, topology=topology.fingerprint)
-    return strategy
 
 
 def run(args) -> int:
@@ -40,7 +28,7 @@ def run(args) -> int:
     ctx = PassContext(Options(num_groups=args.groups))
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
-    strategy = load_strategy(args.strategy, analysis, topology)
+    strategy = strategy_from_spec(args.strategy, analysis, topology)
     with ctx.timer("simulate/prepare"):
         sim = Simulator(analysis, topology)
     detail = bool(args.trace or args.gantt)

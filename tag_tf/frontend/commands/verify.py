@@ -1,6 +1,7 @@
 """`tag-tf verify`: train K steps with the original graph and with the compiled one, compare."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -8,7 +9,7 @@ import time
 import numpy as np
 
 from tag_tf.errors import TagError
-from tag_tf.frontend.loading import add_model_args, analysis_for, load
+from tag_tf.frontend.loading import add_model_args, analysis_for, load, strategy_from_spec
 
 
 def register(sub) -> None:
@@ -27,27 +28,6 @@ def register(sub) -> None:
                    help="synchronized BatchNorm statistics (default: per-replica, like MirroredStrategy)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
-
-
-def make_strategy(spec: str, analysis, num_devices: int, seed: int, shares=None):
-    from tag_tf.search.baselines import data_parallel, random_strategy
-    from tag_tf.strategy import Strategy
-
-    n_groups = len(analysis.grouping.groups)
-    if spec == "dp":
-        st = data_parallel(n_groups, num_devices)
-    elif spec == "dp-p":
-        # Capacities of this machine's devices are equal (virtual CPUs): shares come from --shares.
-        st = data_parallel(n_groups, num_devices)
-    elif spec == "random":
-        st = random_strategy(n_groups, num_devices, np.random.default_rng(seed))
-    else:
-        st = Strategy.load(spec)
-        st.validate(n_groups, num_devices, graph=analysis.graph.fingerprint)
-    if shares is not None:
-        st = Strategy(st.groups, tuple(shares), st.graph, st.topology, st.name)
-    st.validate(n_groups, num_devices)
-    return st
 
 
 def parse_shares(text: str | None, n: int):
@@ -75,8 +55,14 @@ def run(args) -> int:
     ctx = PassContext(Options(num_groups=args.groups, seed=args.seed, exact_batch_stats=args.exact_batch_stats))
     loaded = load(args, dropout=0.0)   # no random ops: both runs must see the same computation
     analysis = analysis_for(loaded, args, ctx)
-    strategy = make_strategy(args.strategy, analysis, args.devices, args.seed,
-                             parse_shares(args.shares, args.devices))
+    per = args.devices // args.processes
+    topology = cpu_topology(args.processes, per)
+    # A plan file made for `local:N` (tag-tf plan, tag_tf.distribute) runs on these devices too.
+    strategy = strategy_from_spec(args.strategy, analysis, topology, seed=args.seed, check_topology=False)
+    shares = parse_shares(args.shares, args.devices)
+    if shares is not None:
+        strategy = dataclasses.replace(strategy, shares=tuple(shares))
+    strategy.validate(len(analysis.grouping.groups), args.devices)
     rng = np.random.default_rng(args.seed)
     batches = [loaded.model.feed(rng) for _ in range(args.steps)]
     start = time.perf_counter()
@@ -85,8 +71,7 @@ def run(args) -> int:
         compiled = compile_strategy(ctx, analysis, strategy, devices, check=True)
         result = check_equivalence(analysis, compiled, lambda s: batches[s], args.steps, tolerance=args.tolerance)
     else:
-        per = args.devices // args.processes
-        devices = DeviceMap.for_topology(cpu_topology(args.processes, per))
+        devices = DeviceMap.for_topology(topology)
         compiled = compile_strategy(ctx, analysis, strategy, devices, check=True)
         with local_cluster(args.processes, per) as (spec, _):
             try:
