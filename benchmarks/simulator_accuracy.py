@@ -64,11 +64,15 @@ LIMITS = [
     "Shared machine: 2 cores shared with other jobs; their load comes in bursts (medians of "
     "interleaved rounds spread it over all strategies, but not over the profile and communication "
     "measurements taken before). Two-process strategies need both cores, so they suffer most.",
-    "gRPC moves bytes with CPU time in both processes (serialisation, socket copies), which on 2 "
-    "cores competes with the ops of both processes (traced: ops ran 2x slower during large "
-    "transfers). The simulator holds both processes' executors for the per-byte part of a "
-    "cross-process transfer or collective (kernels/expand.h); gRPC's fixed per-message costs and "
-    "the other limits here make up the rest of the two-process error.",
+    "gRPC moves bytes with CPU time in both processes, which on 2 cores competes with the ops of "
+    "both processes. The simulator charges each cross-process transfer a measured per-request CPU "
+    "time (`measure_message_cost`, ~50 us here) on both processes' executors and moves its bytes "
+    "on the link beside the ops; the engine's resources serve one task at a time, so it cannot "
+    "express 'two cores shared by two executors and gRPC threads' exactly: large transfers next "
+    "to busy ops (mlp/cnn model-parallel and layered) come out too slow, all-reduces spanning the "
+    "processes too fast.",
+    "Noise: two-process steps vary by 5-15% between repeats (IQR column), so single strategies "
+    "carry that much error in their measurement alone.",
     "TensorFlow's executor runs a chain of ready ops inline and queues the rest (completions of "
     "collectives, gRPC handlers); the simulator starts every ready task as soon as its resources "
     "are free. Strategies with many small collectives (random) wait longer than simulated.",

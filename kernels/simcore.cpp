@@ -152,6 +152,7 @@ class Simulator {
     p_.link_lat = vec<double>(d, "link_lat");
     p_.p2p_intra = piecewise(d, "p2p_intra");
     p_.p2p_inter = piecewise(d, "p2p_inter");
+    if (d.contains("host_message_s")) p_.host_message_s = py::cast<double>(d["host_message_s"]);
     for (auto [key, fits] : {std::pair{"allreduce_intra", &p_.allreduce_intra},
                              std::pair{"allreduce_inter", &p_.allreduce_inter}}) {
       if (!d.contains(key)) continue;
@@ -224,6 +225,7 @@ class Simulator {
              p_.dev_host.size() == D, "device arrays");
     for (int32_t h : p_.dev_host) need(h >= -1 && h < p_.num_hosts, "dev_host out of range");
     need(p_.type_mem_bw.size() == T && p_.type_launch.size() == T, "device type arrays");
+    need(std::isfinite(p_.host_message_s) && p_.host_message_s >= 0, "host_message_s must be finite and >= 0");
     need(p_.link_res_ptr.size() == D * D + 1 && p_.link_bw.size() == D * D && p_.link_lat.size() == D * D, "link arrays");
     for (int32_t g : p_.op_group) need(g >= 0 && g < p_.num_groups, "op_group out of range");
     for (size_t e = 0; e < E; ++e)

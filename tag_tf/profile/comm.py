@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import statistics
 import time
 from types import MappingProxyType
@@ -317,11 +318,17 @@ class CommModel:
     Anything without a fit is analytical: p2p = latency + bytes / bandwidth; ring all-reduce over D
     devices = 2(D-1)/D * bytes / ring_bandwidth + 2(D-1) * ring_latency. Same device or a single
     device: 0.
+
+    host_message_s: of a transfer's fixed time between CPU devices of two processes, the part that
+    is CPU work in both processes (gRPC request handling) rather than waiting; the simulator
+    serialises it with their ops. Measured on local setups; 0 elsewhere (GPU transfers are copies
+    on their own engines).
     """
 
     topology: Topology
     p2p_fits: Mapping[str, SegmentedLinear] = dataclasses.field(default_factory=dict)
     allreduce_fits: Mapping[str, SegmentedLinear] = dataclasses.field(default_factory=dict)
+    host_message_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("p2p_fits", "allreduce_fits"):
@@ -329,6 +336,8 @@ class CommModel:
         for key in self.p2p_fits:
             if key not in ("intra", "inter"):
                 raise ProfileError(f"comm model: p2p fit key must be 'intra' or 'inter', got {key!r}")
+        if not (math.isfinite(self.host_message_s) and self.host_message_s >= 0):
+            raise ProfileError(f"comm model: host_message_s must be finite and >= 0, got {self.host_message_s}")
         for key in self.allreduce_fits:
             scope, _, d = key.partition(":")
             if scope not in ("intra", "inter") or not d.isdigit() or int(d) < 2:

@@ -54,6 +54,37 @@ def measure_transfers(runner: SetupRunner, src: int, dst: int, sizes: Sequence[i
     return out
 
 
+def measure_message_cost(runner: SetupRunner, src: int, dst: int, repeats: int, messages: int = 32,
+                         chain: int = 40) -> float:
+    """Seconds of executor time one small transfer src -> dst takes away from the ops of the two
+    processes: a chain of `chain` 256x256 matmuls runs on dst, alone (baseline) and beside
+    `messages` independent 4-byte transfers from src consumed on dst. The transfers need no compute,
+    so on idle cores they would hide behind the chain; what they add per message is CPU work (gRPC
+    request handling, serialisation) that competes with the ops. The simulator charges it to both
+    processes' executors (`CommModel.host_message_s`); the rest of a transfer's latency is waiting."""
+    import tensorflow as tf
+
+    a, b = runner.devices[src], runner.devices[dst]
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(b):
+            m = tf.Variable(tf.random.uniform([256, 256], seed=1) / 256.0, name="m")
+            x = m.read_value()
+            for _ in range(chain):
+                x = tf.matmul(x, m)
+            chain_end = tf.identity(x[:1, :1])
+        with tf.device(a):
+            values = [tf.Variable(tf.zeros([1]), name=f"v{i}").read_value() for i in range(messages)]
+        with tf.device(b):
+            received = [tf.identity(v).op for v in values]
+        init = tf.compat.v1.global_variables_initializer()
+    with runner.session(g) as sess:
+        sess.run(init)
+        step, base = time_pair(lambda: sess.run(received + [chain_end.op]), lambda: sess.run(chain_end.op),
+                               repeats)
+    return max(step - base, 0.0) / messages
+
+
 def measure_collectives(runner: SetupRunner, devices: Sequence[int], sizes: Sequence[int], repeats: int
                         ) -> list[tuple[int, float]]:
     """[(bytes, seconds)] of one CollectiveReduceV2 (sum) of `bytes` per device over `devices`, the

@@ -24,7 +24,8 @@ RUNTIME_TAG):
   * per setup (`LocalMachine`): a CommModel fitted to TensorFlow's own Send/Recv between two virtual
     devices of one process ("intra" p2p), gRPC RecvTensor between processes ("inter" p2p), and
     CollectiveReduceV2 chains over k devices of one process ("intra:k") or spanning processes
-    ("inter:k"); a "cpu" device type whose per-op cost and bandwidth are fitted to the compiler's
+    ("inter:k"), plus the executor time a cross-process transfer takes from the ops of both
+    processes (`measure_message_cost`); a "cpu" device type whose per-op cost and bandwidth are fitted to the compiler's
     ConcatV2/AddN/ZerosLike on this CPU (the simulator charges conversions launch + bytes /
     bandwidth); and the per-step cost of a session.run (client, master, one RunGraph per process,
     the feed), linear in the fed bytes. The simulator's makespan plus that per-step cost is the
@@ -41,8 +42,8 @@ import numpy as np
 
 from tag_tf.errors import ProfileError
 from tag_tf.profile.segmented import SegmentedLinear
-from tag_tf.sim.local_measure import (fit_line, measure_collectives, measure_conversions, measure_step_overhead,
-                                      measure_transfers)
+from tag_tf.sim.local_measure import (fit_line, measure_collectives, measure_conversions, measure_message_cost,
+                                      measure_step_overhead, measure_transfers)
 # configure_runtime and session_config are re-exported: callers use the model through this module.
 from tag_tf.sim.local_runtime import (RUNTIME_ENV, RUNTIME_TAG, THREADS, LocalSetup, SetupRunner, configure_runtime,
                                       local_servers, session_config)
@@ -72,6 +73,7 @@ class LocalMachine:
     step_per_feed_byte_s: float             # ... plus this per fed byte
     single_step_fixed_s: float              # the same in one process with one device (the profiler's session)
     single_step_per_feed_byte_s: float
+    host_message_s: float = 0.0             # executor time per cross-process transfer (0 in one process)
     info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def comm_model(self, topology: Any) -> Any:
@@ -79,7 +81,7 @@ class LocalMachine:
 
         p2p = {k: SegmentedLinear.fit(*zip(*v), max_segments=3) for k, v in self.p2p.items() if v}
         ar = {k: SegmentedLinear.fit(*zip(*v), max_segments=3) for k, v in self.allreduce.items() if v}
-        return CommModel(topology, p2p, ar)
+        return CommModel(topology, p2p, ar, host_message_s=self.host_message_s)
 
     def topology(self) -> Any:
         """The setup's topology with the "cpu" device type replaced by this machine's measured one
@@ -106,7 +108,8 @@ class LocalMachine:
                 "conversion_bandwidth": self.conversion_bandwidth,
                 "step_fixed_s": self.step_fixed_s, "step_per_feed_byte_s": self.step_per_feed_byte_s,
                 "single_step_fixed_s": self.single_step_fixed_s,
-                "single_step_per_feed_byte_s": self.single_step_per_feed_byte_s, "info": dict(self.info)}
+                "single_step_per_feed_byte_s": self.single_step_per_feed_byte_s,
+                "host_message_s": self.host_message_s, "info": dict(self.info)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LocalMachine":
@@ -114,11 +117,14 @@ class LocalMachine:
                    {k: [tuple(s) for s in v] for k, v in d["allreduce"].items()},
                    float(d["conversion_launch_s"]), float(d["conversion_bandwidth"]),
                    float(d["step_fixed_s"]), float(d["step_per_feed_byte_s"]), float(d["single_step_fixed_s"]),
-                   float(d["single_step_per_feed_byte_s"]), dict(d.get("info", {})))
+                   float(d["single_step_per_feed_byte_s"]), float(d["host_message_s"]), dict(d.get("info", {})))
+
+
+MACHINE_MODEL_VERSION = 2      # part of the ProfileDB key: bump when LocalMachine gains a measurement
 
 
 def _db_key(setup: LocalSetup) -> str:
-    return f"local-{setup.name}-{RUNTIME_TAG}-{setup.topology().fingerprint}"
+    return f"local-{setup.name}-{RUNTIME_TAG}-m{MACHINE_MODEL_VERSION}-{setup.topology().fingerprint}"
 
 
 def _ring_devices(setup: LocalSetup, k: int) -> list[int]:
@@ -146,8 +152,10 @@ def _measure(setup: LocalSetup, runner: SetupRunner, sizes: Sequence[int], repea
         p2p["intra"] = measure_transfers(runner, 0, 1, sizes, repeats)
         for k in range(2, n + 1):
             allreduce[f"intra:{k}"] = measure_collectives(runner, list(range(k)), sizes, repeats)
+    message_s = 0.0
     if setup.processes > 1:
         p2p["inter"] = measure_transfers(runner, 0, n, sizes, repeats)
+        message_s = measure_message_cost(runner, 0, n, max(repeats, 15))
         for k in range(2, setup.num_devices + 1):
             allreduce[f"inter:{k}"] = measure_collectives(runner, _ring_devices(setup, k), sizes, repeats)
     step = measure_step_overhead(runner, FEED_SIZES, max(repeats, 15))
@@ -156,7 +164,7 @@ def _measure(setup: LocalSetup, runner: SetupRunner, sizes: Sequence[int], repea
     conv = measure_conversions(repeats=repeats)
     launch, per_byte = fit_line(conv)
     return LocalMachine(setup, p2p, allreduce, launch, 1.0 / per_byte if per_byte > 0 else 1e12,
-                        *fit_line(step), *fit_line(single),
+                        *fit_line(step), *fit_line(single), message_s,
                         {"step_samples": [list(s) for s in step], "single_step_samples": [list(s) for s in single],
                          "conversion_samples": [list(s) for s in conv],
                          "measure_s": round(time.perf_counter() - t0, 1), "repeats": repeats})

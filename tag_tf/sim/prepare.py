@@ -164,7 +164,7 @@ def _piecewise(fit: Any) -> dict[str, np.ndarray]:
 
 
 def _comm_fits(comm: Any, num_devices: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"host_message_s": float(comm.host_message_s)}
     for scope in ("intra", "inter"):
         if scope in comm.p2p_fits:
             out[f"p2p_{scope}"] = _piecewise(comm.p2p_fits[scope])

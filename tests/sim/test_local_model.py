@@ -26,7 +26,7 @@ def test_machine_measures_and_round_trips(machine):
     assert set(m.p2p) == {"intra"} and set(m.allreduce) == {"intra:2"}
     assert [b for b, _ in m.p2p["intra"]] == list(SIZES)
     assert all(t >= 0 for _, t in m.p2p["intra"] + m.allreduce["intra:2"])
-    assert m.step_fixed_s > 0 and m.single_step_fixed_s > 0 and m.conversion_bandwidth > 0
+    assert m.step_fixed_s >= 0 and m.single_step_fixed_s >= 0 and m.conversion_bandwidth > 0
     assert lm.LocalMachine.from_dict(m.to_dict()) == m
     # The topology keeps the devices and swaps in the measured "cpu" type.
     topo = m.topology()
@@ -80,3 +80,21 @@ def test_executor_overhead_spreads_the_untraced_remainder(machine):
                      step_times=np.array([1.2e-3 + 2e-5, 1.4e-3 + 2e-5]) + m.single_step_fixed_s)
     per_op = lm.executor_overhead(dataclasses.replace(prof), m, {2: 0.0, 4: 0.0})
     assert per_op == pytest.approx(1e-5, rel=1e-6)
+
+
+def test_message_cost_between_two_server_processes():
+    """The executor time of a cross-process transfer is measured on real servers, and a two-process
+    LocalMachine hands it to the simulator's comm model."""
+    from tag_tf.sim.local_measure import measure_message_cost
+
+    setup = lm.LocalSetup(2, 1)
+    with lm.local_servers(2, 1) as spec:
+        cost = measure_message_cost(lm.SetupRunner(setup, spec), 0, 1, repeats=3, messages=8, chain=8)
+    assert 0.0 <= cost < 0.05            # seconds per 4-byte message: finite, far below a step
+    d = {"setup": {"processes": 2, "devices_per_process": 1}, "p2p": {}, "allreduce": {},
+         "conversion_launch_s": 1e-6, "conversion_bandwidth": 1e9, "step_fixed_s": 1e-4,
+         "step_per_feed_byte_s": 0.0, "single_step_fixed_s": 1e-4, "single_step_per_feed_byte_s": 0.0,
+         "host_message_s": cost}
+    machine = lm.LocalMachine.from_dict(d)
+    assert machine.comm_model(machine.topology()).host_message_s == cost
+    assert lm.LocalMachine.from_dict(machine.to_dict()) == machine

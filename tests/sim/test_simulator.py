@@ -139,3 +139,49 @@ def test_simulate_cli(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["simulated"] is True and out["iteration_time_s"] > 0 and out["oom"] is False
     assert len(out["peak_memory_bytes"]) == 16 and out["sim_ms"] > 0
+
+
+def test_cross_process_message_cost_holds_both_executors():
+    """Between CPU devices of two processes, host_message_s of every transfer's latency moves from
+    waiting (overlaps anything) into a task that holds both processes' executors; the bytes hold
+    only the link."""
+    from tag_tf.profile.comm import CommModel
+    from tag_tf.runtime.cluster import cpu_topology
+
+    _, a = analysis_of("mlp")
+    topo = cpu_topology(2, 1)
+    costs = flat_costs(a, device_types(topo), fixed=1e-4)
+    strategy = Strategy.uniform(len(a.grouping.groups), (0, 1), Option.MODEL_PARALLEL)
+    latency = topo.latency(0, 1)
+    msg = latency / 4
+
+    def run(message_s):
+        sim = Simulator(a, topo, costs=costs, comm=CommModel(topo, host_message_s=message_s))
+        report = sim.simulate(strategy, detail=True)
+        t = report.tasks
+        hosts = {t["num_resources"] - 2, t["num_resources"] - 1}      # the two executors come last
+        held = [set(t["res"][t["res_ptr"][i]:t["res_ptr"][i + 1]].tolist()) for i in range(len(t["kind"]))]
+        return report, t, np.array([h == hosts for h in held]), np.array([bool(h) and not h & hosts for h in held])
+
+    r0, t0, both0, link0 = run(0.0)
+    r1, t1, both1, link1 = run(msg)
+    assert (t0["kind"] == t1["kind"]).all() and r0.conversions == r1.conversions
+    xfer = t1["kind"] == 1
+    handled = xfer & both1                     # request handling: both executors, nothing else
+    moved = xfer & link1                       # the bytes: the link only
+    waiting = xfer & ~both1 & ~link1
+    n = int(moved.sum())
+    assert n > 0 and int(handled.sum()) == n == int(waiting.sum()) and (both0 == both1).all()
+    np.testing.assert_allclose(t1["duration"][handled], msg)
+    np.testing.assert_allclose(t0["duration"][handled], 0.0)
+    np.testing.assert_allclose(t0["duration"][waiting] - t1["duration"][waiting], msg)
+    np.testing.assert_allclose(t0["duration"][moved], t1["duration"][moved])
+    # No compute task runs on an executor while a request holds it.
+    comp = np.flatnonzero(t1["kind"] == 0)
+    for h in np.flatnonzero(handled & (t1["duration"] > 0)):
+        s, e = t1["start"][h], t1["end"][h]
+        assert not np.any((t1["start"][comp] < e - 1e-15) & (t1["end"][comp] > s + 1e-15))
+    # Transfers now steal executor time from the ops: slower here.
+    assert r1.iteration_time_s > r0.iteration_time_s
+    with pytest.raises(Exception, match="host_message_s"):
+        CommModel(topo, host_message_s=-1.0)
