@@ -383,7 +383,8 @@ class CommModel:
     def to_dict(self) -> dict:
         return {"fingerprint": self.topology.fingerprint, "topology": self.topology.to_dict(),
                 "p2p": {k: f.to_dict() for k, f in self.p2p_fits.items()},
-                "allreduce": {k: f.to_dict() for k, f in self.allreduce_fits.items()}}
+                "allreduce": {k: f.to_dict() for k, f in self.allreduce_fits.items()},
+                "host_message_s": self.host_message_s}
 
     @classmethod
     def from_dict(cls, d: Mapping, topology: Topology | None = None) -> "CommModel":
@@ -394,7 +395,8 @@ class CommModel:
                 raise ProfileError(f"comm model: profiled for topology {d['fingerprint']}, "
                                    f"not {topo.name!r} ({topo.fingerprint})")
             return cls(topo, {k: SegmentedLinear.from_dict(v) for k, v in d["p2p"].items()},
-                       {k: SegmentedLinear.from_dict(v) for k, v in d["allreduce"].items()})
-        except (KeyError, TypeError, AttributeError) as e:
+                       {k: SegmentedLinear.from_dict(v) for k, v in d["allreduce"].items()},
+                       float(d.get("host_message_s", 0.0)))
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise ProfileError(f"comm model: malformed dict ({e!r})") from None
 

@@ -100,6 +100,7 @@ def test_comm_model_fitted_and_round_trip():
     assert again.topology == t and again.p2p_fits == m.p2p_fits
     assert again.allreduce(1 * MiB, range(4)) == m.allreduce(1 * MiB, range(4))
     assert CommModel.from_dict(d, topology=t).p2p(100, 0, 1) == m.p2p(100, 0, 1)
+    assert CommModel.from_dict({**d, "host_message_s": 3e-5}).host_message_s == 3e-5
     with pytest.raises(ProfileError, match="profiled for topology"):
         CommModel.from_dict(d, topology=presets.testbed())
     with pytest.raises(ProfileError, match="malformed"):
