@@ -1,7 +1,9 @@
 """Op grouping with METIS (paper: "Grouping ops").
 
 Vertices are colocation sets of planned ops (a variable, its reads, optimizer update and slots must
-share a device, so they are one vertex); vertex weights are compute time, edge weights tensor bytes.
+share a device, so they are one vertex), each joined by the ops bound to its parameters (a dense
+layer's forward and gradient ops, which exchange more bytes with the weights than with anything
+else); vertex weights are compute time, edge weights tensor bytes.
 METIS partitions into at most `num_groups` parts minimising the bytes cut, with the compute of each
 part balanced within `balance_factor` of the mean.
 """
@@ -91,6 +93,38 @@ def colocation_pairs(graph: Graph, ops: Sequence[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+def _join_parameter_bound_ops(graph: Graph, planning: PlanningGraph, index: Mapping[str, int],
+                              uf: _UnionFind) -> None:
+    """Join each op to a variable's colocation set when it exchanges more bytes with that set (reads
+    the weights, produces their gradient) than with everything else (activations): a fully
+    connected layer's forward and gradient ops then share the group of its weights, so a plan can
+    move the layer without shipping the weights every step. Convolutions, whose activations
+    outweigh their kernels, stay free for METIS to balance."""
+    n = len(planning.ops)
+    holds = np.zeros(n, dtype=bool)
+    for var in graph.variables.values():
+        if var.name in planning.host:
+            holds[uf.find(index[planning.host[var.name]])] = True
+    root = np.array([uf.find(i) for i in range(n)])
+    param = np.zeros(n)            # per op: bytes exchanged with variable sets (largest one)
+    other = np.zeros(n)            # per op: bytes exchanged with everything else
+    best_set = np.full(n, -1)
+    per_set: dict[tuple[int, int], float] = {}
+    for (src, dst), nbytes in zip(planning.edges, planning.edge_bytes):
+        for op, peer in ((src, dst), (dst, src)):
+            if root[op] == root[peer]:
+                continue
+            if holds[root[peer]] and not holds[root[op]]:
+                key = (int(op), int(root[peer]))
+                per_set[key] = per_set.get(key, 0.0) + float(nbytes)
+                if per_set[key] > param[op]:
+                    param[op], best_set[op] = per_set[key], root[peer]
+            else:
+                other[op] += float(nbytes)
+    for op in np.flatnonzero((best_set >= 0) & (param > other)):
+        uf.union(int(op), int(best_set[op]))
+
+
 def group_ops(graph: Graph, planning: PlanningGraph, weights: np.ndarray, *, num_groups: int = 60,
               balance_factor: float = 2.0, seed: int = 0) -> Grouping:
     """`weights[i]` is the compute weight of `planning.ops[i]` (seconds; any positive scale works)."""
@@ -102,6 +136,7 @@ def group_ops(graph: Graph, planning: PlanningGraph, weights: np.ndarray, *, num
     members = list(planning.host)
     for a, b in colocation_pairs(graph, members):
         uf.union(index[planning.host[a]], index[planning.host[b]])
+    _join_parameter_bound_ops(graph, planning, index, uf)
     roots = sorted({uf.find(i) for i in range(n)})
     vertex_of_root = {r: v for v, r in enumerate(roots)}
     vertex = np.array([vertex_of_root[uf.find(i)] for i in range(n)], dtype=np.int64)

@@ -50,9 +50,34 @@ def candidate_device_sets(topology: Any) -> list[tuple[int, ...]]:
     return unique
 
 
+def coupled_blocks(prepared: Any, num_groups: int, *, ratio: float = 0.5, most: int = 6) -> list[tuple[int, ...]]:
+    """Blocks of groups that should move together: each group with the groups it exchanges at least
+    `ratio` of its heaviest exchange with (bytes per iteration, both directions), if that makes 2 to
+    `most` groups. A large layer's weights, its forward op and its gradient ops often land in
+    different groups (METIS balances compute); moving any one of them alone to other devices ships
+    the weights every step, so only the block move can win."""
+    src = np.asarray(prepared["op_group"])[np.asarray(prepared["e_src"])]
+    dst = np.asarray(prepared["op_group"])[np.asarray(prepared["e_dst"])]
+    cross = src != dst
+    w = np.zeros((num_groups, num_groups))
+    np.add.at(w, (src[cross], dst[cross]), np.asarray(prepared["e_bytes"], dtype=np.float64)[cross])
+    w = w + w.T
+    blocks: list[tuple[int, ...]] = []
+    for g in range(num_groups):
+        if w[g].max() <= 0:
+            continue
+        block = tuple(sorted({g, *np.flatnonzero(w[g] >= ratio * w[g].max()).tolist()}))
+        if 2 <= len(block) <= most and block not in blocks:
+            blocks.append(block)
+    # Heaviest exchanges first: they decide the most communication.
+    weight = {b: sum(w[i, j] for i in b for j in b) for b in blocks}
+    return sorted(blocks, key=lambda b: -weight[b])
+
+
 def local_search(sim: Any, topology: Any, *, budget_s: float = 30.0, max_passes: int = 3,
-                 progress: bool = False) -> SearchResult:
-    """Improve on the best DP baseline within `budget_s` seconds of search."""
+                 blocks: bool = True, progress: bool = False) -> SearchResult:
+    """Improve on the best DP baseline within `budget_s` seconds of search (`blocks`: also move
+    coupled groups together)."""
     start_time = time.perf_counter()
     n_groups = sim.num_groups
     evaluations = 0
@@ -74,25 +99,27 @@ def local_search(sim: Any, topology: Any, *, budget_s: float = 30.0, max_passes:
     candidates = [GroupPlan(devices, option) for devices in candidate_device_sets(topology)
                   for option in (Option.ALLREDUCE, Option.PS) if len(devices) > 1 or option is Option.ALLREDUCE]
     order = np.argsort([-g.compute for g in sim.analysis.grouping.groups], kind="stable")
+    moves = [(int(g),) for g in order] + (coupled_blocks(sim.prepared, n_groups) if blocks else [])
     groups = list(current.groups)
     improved: set[int] = set()
-    bar = _progress(progress, max_passes * len(order) * len(candidates))
+    bar = _progress(progress, max_passes * len(moves) * len(candidates))
     try:
         for _ in range(max_passes):
             changed = False
-            for g in order:
+            for block in moves:
                 for plan in candidates:
                     if time.perf_counter() - start_time > budget_s:
                         raise _OutOfTime
                     bar.update(1)
-                    if plan == groups[g]:
+                    if all(groups[g] == plan for g in block):
                         continue
                     trial = groups.copy()
-                    trial[g] = plan
+                    for g in block:
+                        trial[g] = plan
                     t = cost(Strategy(tuple(trial), shares))
                     if t < best * (1 - 1e-6):
                         best, groups = t, trial
-                        improved.add(int(g))
+                        improved.update(block)
                         changed = True
             if not changed:
                 break

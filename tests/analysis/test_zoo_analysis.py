@@ -69,3 +69,30 @@ def test_groups_respect_colocation_and_limit(analysed):
 def test_group_count_option():
     _, a = analysis_of("cnn", num_groups=4)
     assert len(a.grouping.groups) <= 4
+
+
+def test_dense_layers_join_their_weights_convolutions_stay_free():
+    """An op that exchanges more bytes with a variable's set (weights in, gradient out) than with
+    anything else joins it before METIS runs; a convolution, whose activations outweigh its kernel,
+    is left to METIS."""
+    from tag_tf.analysis.grouping import _join_parameter_bound_ops, _UnionFind
+
+    # fc: a 4096x256 kernel (4 MiB) against 512 KiB of input; conv_0: a 3x3x3x32 kernel against
+    # 4 MiB of output.
+    _, a = analysis_of("cnn", batch_size=32, input_size=32, filters=(32, 64), dense_units=256)
+    group = a.grouping.group_of
+    for op in ("fc/MatMul", "gradients/fc/MatMul_grad/MatMul_1"):
+        assert group[op] == group["fc/kernel"], op
+    planning = a.planning
+    index = {n: i for i, n in enumerate(planning.ops)}
+    uf = _UnionFind(len(planning.ops))
+    for x, y in colocation_pairs(a.graph, list(planning.host)):
+        uf.union(index[planning.host[x]], index[planning.host[y]])
+    before = [uf.find(i) for i in range(len(planning.ops))]
+    _join_parameter_bound_ops(a.graph, planning, index, uf)
+    root = lambda n: uf.find(index[planning.host[n]])
+    assert root("fc/MatMul") == root("fc/kernel") == root("gradients/fc/MatMul_grad/MatMul_1")
+    assert root("conv_0/Conv2D") != root("conv_0/kernel")
+    assert root("gradients/conv_1/Conv2D_grad/Conv2DBackpropFilter") != root("conv_1/kernel")
+    # Only joins: what colocation put together stays together.
+    assert all(uf.find(i) == uf.find(r) for i, r in enumerate(before))
