@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -68,6 +69,9 @@ def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None) -> 
 
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
     result = local_search(Simulator(analysis, topology), topology, budget_s=budget, progress=True)
+    if not math.isfinite(result.iteration_time_s):
+        raise StrategyError(f"strategy='auto': no plan fits {topology.name!r}: every strategy tried runs out of "
+                            f"device memory or has fewer samples than replicas (batch {analysis.batch_size})")
     log.info("auto plan: %.3g ms per iteration simulated (dp %.3g ms, dp-p %.3g ms), %d simulations in %.1f s",
              result.iteration_time_s * 1e3, result.baselines["dp"] * 1e3, result.baselines["dp-p"] * 1e3,
              result.evaluations, result.seconds)

@@ -30,8 +30,12 @@ class SearchResult:
     improved_groups: int
 
     @property
-    def speedup_over_dp(self) -> float:
-        return self.baselines["dp"] / self.iteration_time_s if self.iteration_time_s > 0 else 1.0
+    def speedup_over_dp(self) -> float | None:
+        """None when DP or the plan does not run (out of memory, batch smaller than the devices)."""
+        dp, t = self.baselines["dp"], self.iteration_time_s
+        if not (np.isfinite(dp) and np.isfinite(t)) or t <= 0:
+            return None
+        return dp / t
 
 
 def candidate_device_sets(topology: Any) -> list[tuple[int, ...]]:
@@ -95,9 +99,18 @@ def local_search(sim: Any, topology: Any, *, budget_s: float = 30.0, max_passes:
     best_name = min(baselines, key=baselines.get)
     current = baseline(best_name, n_groups, topology)
     best = baselines[best_name]
-    shares = current.shares
     candidates = [GroupPlan(devices, option) for devices in candidate_device_sets(topology)
                   for option in (Option.ALLREDUCE, Option.PS) if len(devices) > 1 or option is Option.ALLREDUCE]
+    if not np.isfinite(best):
+        # DP itself does not fit (out of memory, or fewer samples than devices): start from the best
+        # uniform plan over a smaller device set instead.
+        proportional = baseline("dp-p", n_groups, topology).shares
+        for plan in candidates:
+            start = Strategy.uniform(n_groups, plan.devices, plan.option, shares=proportional)
+            t = cost(start)
+            if t < best:
+                best, current = t, start
+    shares = current.shares
     order = np.argsort([-g.compute for g in sim.analysis.grouping.groups], kind="stable")
     moves = [(int(g),) for g in order] + (coupled_blocks(sim.prepared, n_groups) if blocks else [])
     groups = list(current.groups)

@@ -61,3 +61,30 @@ def test_coupled_blocks_join_groups_by_their_heaviest_exchange():
     assert coupled_blocks(prepared, 4, most=2) == [(1, 2), (0, 1), (0, 3)]
     assert coupled_blocks({"op_group": np.zeros(2, int), "e_src": np.array([0]), "e_dst": np.array([1]),
                            "e_bytes": np.array([5])}, 1) == []
+
+
+def test_search_starts_from_a_smaller_device_set_when_dp_cannot_run(capsys, tmp_path):
+    """8 samples cannot be split over the testbed's 16 GPUs: DP does not run, the plan still does."""
+    import json
+
+    from tag_tf.frontend.cli import main
+
+    _, a = analysis_of("mlp", batch_size=8)
+    topo = load_topology("testbed")
+    sim = Simulator(a, topo)
+    result = local_search(sim, topo, budget_s=5.0)
+    assert result.baselines["dp"] == float("inf") and result.speedup_over_dp is None
+    assert np.isfinite(result.iteration_time_s)
+    assert max(len(p.devices) for p in result.strategy.groups) <= 8
+    code = main(["plan", "--model", "mlp", "--tiny", "--batch", "8", "--topology", "testbed", "--budget", "2",
+                 "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["baselines_s"] == {"dp": None, "dp-p": None} and out["speedup_over_dp"] is None
+    assert out["iteration_time_s"] > 0
+    # Nothing fits 1 KiB GPUs: one clear line, non-zero exit.
+    tiny = tmp_path / "tiny.json"
+    tiny.write_text(json.dumps({"name": "tiny", "machines": [
+        {"name": "m", "gpus": [{"type": "V100-32GB", "count": 2, "memory": "1KiB"}]}]}))
+    code = main(["plan", "--model", "mlp", "--tiny", "--topology", str(tiny), "--budget", "1", "--json"])
+    err = capsys.readouterr().err
+    assert code != 0 and "no plan found" in err and "out of device memory" in err

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
+from tag_tf.errors import StrategyError
 from tag_tf.frontend.loading import add_model_args, analysis_for, load
 
 
@@ -29,11 +31,15 @@ def run(args) -> int:
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
     result = local_search(Simulator(analysis, topology), topology, budget_s=args.budget, progress=not args.json)
+    if not math.isfinite(result.iteration_time_s):
+        raise StrategyError(f"no plan found for {loaded.source} on {topology.name}: every strategy tried runs "
+                            f"out of device memory or has fewer samples than replicas (batch {analysis.batch_size})")
     if args.out:
         result.strategy.save(args.out)
     out = {"model": loaded.source, "topology": topology.name, "simulated": True,
            "iteration_time_s": result.iteration_time_s,
-           "baselines_s": result.baselines, "speedup_over_dp": result.speedup_over_dp,
+           "baselines_s": {k: _seconds(v) for k, v in result.baselines.items()},
+           "speedup_over_dp": result.speedup_over_dp,
            "evaluations": result.evaluations, "search_s": round(result.seconds, 2),
            "strategy": result.strategy.to_dict(),
            "groups": describe(result.strategy, topology, analysis.grouping.groups)}
@@ -41,9 +47,19 @@ def run(args) -> int:
         json.dump(out, sys.stdout)
         print()
         return 0
+    speedup = "n/a" if result.speedup_over_dp is None else f"{result.speedup_over_dp:.2f}x"
     print(f"{loaded.source} on {topology.name}: {result.iteration_time_s * 1e3:.2f} ms per iteration "
-          f"(simulated); DP {result.baselines['dp'] * 1e3:.2f} ms, DP-P {result.baselines['dp-p'] * 1e3:.2f} ms; "
-          f"speed-up over DP {result.speedup_over_dp:.2f}x ({result.evaluations} strategies in {result.seconds:.1f} s)")
+          f"(simulated); DP {_ms(result.baselines['dp'])}, DP-P {_ms(result.baselines['dp-p'])}; "
+          f"speed-up over DP {speedup} ({result.evaluations} strategies in {result.seconds:.1f} s)")
     if args.out:
         print(f"strategy written to {args.out}")
     return 0
+
+
+def _seconds(t: float) -> float | None:
+    """A simulated time for JSON: None where the strategy does not run (out of memory, too few samples)."""
+    return t if math.isfinite(t) else None
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:.2f} ms" if math.isfinite(t) else "does not run"

@@ -1,0 +1,110 @@
+"""Plan quality on the paper's models and clusters, SIMULATED (no GPUs here).
+
+For every zoo model at its paper batch size and each heterogeneous preset (`testbed`, `cloud`), the
+simulator predicts one training iteration under DP-NCCL, DP-NCCL-P and the planner's "auto" plan
+(the simulator-driven local search, `--budget` seconds), with op times from the analytical GPU cost
+model (datasheet constants) and transfers from the topology's bandwidths. Also records the local
+search's effort (simulations, seconds) and what the plan does (groups per option / device set).
+
+Usage: python benchmarks/plan_quality.py [--budget 20] [--models vgg19,resnet101] [--topologies testbed]
+Writes benchmarks/results/plan_quality.json.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tag_tf.analysis import analyze                      # noqa: E402
+from tag_tf.context import PassContext                   # noqa: E402
+from tag_tf.frontend.loading import model_ir             # noqa: E402
+from tag_tf.models import MODEL_NAMES, build_model       # noqa: E402
+from tag_tf.search.local_search import local_search      # noqa: E402
+from tag_tf.sim.simulator import Simulator               # noqa: E402
+from tag_tf.topology.parse import load_topology          # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _finite(x: float) -> float | None:
+    """None for a strategy that does not run (DP with fewer samples than devices, out of memory)."""
+    return float(x) if np.isfinite(x) else None
+
+
+def _ms(t: float | None) -> str:
+    return "does not run" if t is None else f"{t * 1e3:9.2f} ms"
+
+
+def plan_summary(strategy, topology) -> dict[str, int]:
+    """Groups per (option, device set by GPU type), e.g. 'allreduce on 4x V100-32GB': 3."""
+    counts: collections.Counter = collections.Counter()
+    for plan in strategy.groups:
+        types = collections.Counter(topology.devices[d].type for d in plan.devices)
+        where = ", ".join(f"{n}x {t}" for t, n in sorted(types.items()))
+        counts[f"{plan.option.value} on {where}"] += 1
+    return dict(counts.most_common())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODEL_NAMES))
+    ap.add_argument("--topologies", default="testbed,cloud")
+    ap.add_argument("--budget", type=float, default=20.0, help="search seconds per (model, topology)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "plan_quality.json"))
+    args = ap.parse_args()
+
+    started = time.time()
+    rows = []
+    for name in args.models.split(","):
+        t0 = time.perf_counter()
+        model = build_model(name)
+        analysis = analyze(PassContext(), model_ir(model),
+                           rebuild=lambda b, name=name: model_ir(build_model(name, batch_size=b)))
+        analyze_s = time.perf_counter() - t0
+        for topo_name in args.topologies.split(","):
+            topology = load_topology(topo_name)
+            t0 = time.perf_counter()
+            sim = Simulator(analysis, topology)
+            prepare_s = time.perf_counter() - t0
+            result = local_search(sim, topology, budget_s=args.budget)
+            row = {
+                "model": name, "topology": topo_name, "batch": analysis.batch_size,
+                "groups": sim.num_groups, "simulated": True,
+                "dp_s": _finite(result.baselines["dp"]), "dp_p_s": _finite(result.baselines["dp-p"]),
+                "auto_s": _finite(result.iteration_time_s), "speedup_over_dp": result.speedup_over_dp,
+                "speedup_over_dp_p": _finite(result.baselines["dp-p"] / result.iteration_time_s),
+                "simulations": result.evaluations, "search_s": round(result.seconds, 2),
+                "groups_changed": result.improved_groups, "analyze_s": round(analyze_s, 1),
+                "prepare_s": round(prepare_s, 2), "plan": plan_summary(result.strategy, topology),
+            }
+            rows.append(row)
+            speedup = "  n/a" if row["speedup_over_dp"] is None else f"{row['speedup_over_dp']:5.2f}"
+            print(f"{name:<12} {topo_name:<8} DP {_ms(row['dp_s'])}  DP-P {_ms(row['dp_p_s'])}  "
+                  f"auto {_ms(row['auto_s'])}  {speedup}x over DP "
+                  f"({row['simulations']} simulations, {row['search_s']} s)  [simulated]", flush=True)
+    result = {
+        "benchmark": "plan_quality",
+        "what": "SIMULATED iteration time of DP-NCCL, DP-NCCL-P and the auto plan (local search) per model "
+                "and heterogeneous preset; GPU op times from the analytical cost model with datasheet constants",
+        "budget_s": args.budget,
+        "rows": rows,
+        "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "elapsed_s": round(time.time() - started, 1),
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {args.out} ({result['elapsed_s']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
