@@ -232,6 +232,10 @@ def test_auto_plans_by_simulation(small_graph):
     assert sim.simulate(chosen).iteration_time_s <= min(times.values()) + 1e-12
     quick = choose_auto(analysis, uneven, budget_s=0)
     assert sim.simulate(quick).iteration_time_s == pytest.approx(min(times.values()))
+    tiny = load_topology({"name": "tiny", "machines": [
+        {"name": "m", "gpus": [{"type": "V100-32GB", "count": 2, "memory": "4B"}]}]})
+    with pytest.raises(StrategyError, match="no plan fits 'tiny'"):
+        choose_auto(analysis, tiny, budget_s=1)
 
 
 # ---------------------------------------------------------------------------------------------
