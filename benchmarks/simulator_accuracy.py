@@ -66,11 +66,10 @@ LIMITS = [
     "measurements taken before). Two-process strategies need both cores, so they suffer most.",
     "gRPC moves bytes with CPU time in both processes, which on 2 cores competes with the ops of "
     "both processes. The simulator charges each cross-process transfer a measured per-request CPU "
-    "time (`measure_message_cost`, ~50 us here) on both processes' executors and moves its bytes "
-    "on the link beside the ops; the engine's resources serve one task at a time, so it cannot "
-    "express 'two cores shared by two executors and gRPC threads' exactly: large transfers next "
-    "to busy ops (mlp/cnn model-parallel and layered) come out too slow, all-reduces spanning the "
-    "processes too fast.",
+    "time (`measure_message_cost`, machines.*.host_message_s) on both processes' executors and "
+    "moves its bytes on the link beside the ops; the engine's resources serve one task at a time, "
+    "so 'two cores shared by two executors and gRPC threads' is approximated, and which "
+    "two-process strategies come out too slow or too fast varies between runs.",
     "Noise: two-process steps vary by 5-15% between repeats (IQR column), so single strategies "
     "carry that much error in their measurement alone.",
     "TensorFlow's executor runs a chain of ready ops inline and queues the rest (completions of "

@@ -11,7 +11,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
 import os
 import tempfile
 import time
@@ -64,14 +63,14 @@ def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None) -> 
     """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds:
     the better DP baseline by simulation, improved by the simulator-driven local search (the
     GNN-guided MCTS replaces the search when it lands). Shows a progress bar on terminals."""
-    from tag_tf.search.local_search import local_search
+    from tag_tf.search.local_search import NOTHING_FITS, local_search
     from tag_tf.sim.simulator import Simulator
 
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
     result = local_search(Simulator(analysis, topology), topology, budget_s=budget, progress=True)
-    if not math.isfinite(result.iteration_time_s):
-        raise StrategyError(f"strategy='auto': no plan fits {topology.name!r}: every strategy tried runs out of "
-                            f"device memory or has fewer samples than replicas (batch {analysis.batch_size})")
+    if not result.found:
+        raise StrategyError(f"strategy='auto': no plan fits {topology.name!r}: {NOTHING_FITS} "
+                            f"(batch {analysis.batch_size})")
     log.info("auto plan: %.3g ms per iteration simulated (dp %.3g ms, dp-p %.3g ms), %d simulations in %.1f s",
              result.iteration_time_s * 1e3, result.baselines["dp"] * 1e3, result.baselines["dp-p"] * 1e3,
              result.evaluations, result.seconds)

@@ -20,6 +20,9 @@ from tag_tf.search.baselines import baseline, device_capacities
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
 
+NOTHING_FITS = "every strategy tried runs out of device memory or has fewer samples than replicas"
+
+
 @dataclasses.dataclass(frozen=True)
 class SearchResult:
     strategy: Strategy
@@ -30,10 +33,15 @@ class SearchResult:
     improved_groups: int
 
     @property
+    def found(self) -> bool:
+        """False when no strategy tried runs (see NOTHING_FITS)."""
+        return bool(np.isfinite(self.iteration_time_s))
+
+    @property
     def speedup_over_dp(self) -> float | None:
         """None when DP or the plan does not run (out of memory, batch smaller than the devices)."""
         dp, t = self.baselines["dp"], self.iteration_time_s
-        if not (np.isfinite(dp) and np.isfinite(t)) or t <= 0:
+        if not (self.found and np.isfinite(dp)) or t <= 0:
             return None
         return dp / t
 

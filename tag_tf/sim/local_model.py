@@ -25,9 +25,9 @@ RUNTIME_TAG):
     devices of one process ("intra" p2p), gRPC RecvTensor between processes ("inter" p2p), and
     CollectiveReduceV2 chains over k devices of one process ("intra:k") or spanning processes
     ("inter:k"), plus the executor time a cross-process transfer takes from the ops of both
-    processes (`measure_message_cost`); a "cpu" device type whose per-op cost and bandwidth are fitted to the compiler's
-    ConcatV2/AddN/ZerosLike on this CPU (the simulator charges conversions launch + bytes /
-    bandwidth); and the per-step cost of a session.run (client, master, one RunGraph per process,
+    processes (`measure_message_cost`); a "cpu" device type whose per-op cost and bandwidth are
+    fitted to the compiler's ConcatV2/AddN/ZerosLike on this CPU (the simulator charges conversions
+    launch + bytes / bandwidth); and the per-step cost of a session.run (client, master, one RunGraph per process,
     the feed), linear in the fed bytes. The simulator's makespan plus that per-step cost is the
     predicted wall time of one `session.run(train_op)`.
 """

@@ -22,7 +22,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from tag_tf.context import Options, PassContext
-    from tag_tf.search.local_search import describe, local_search
+    from tag_tf.search.local_search import NOTHING_FITS, describe, local_search
     from tag_tf.sim.simulator import Simulator
     from tag_tf.topology.parse import load_topology
 
@@ -31,9 +31,9 @@ def run(args) -> int:
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
     result = local_search(Simulator(analysis, topology), topology, budget_s=args.budget, progress=not args.json)
-    if not math.isfinite(result.iteration_time_s):
-        raise StrategyError(f"no plan found for {loaded.source} on {topology.name}: every strategy tried runs "
-                            f"out of device memory or has fewer samples than replicas (batch {analysis.batch_size})")
+    if not result.found:
+        raise StrategyError(f"no plan found for {loaded.source} on {topology.name}: {NOTHING_FITS} "
+                            f"(batch {analysis.batch_size})")
     if args.out:
         result.strategy.save(args.out)
     out = {"model": loaded.source, "topology": topology.name, "simulated": True,
