@@ -12,9 +12,13 @@
 //
 // LOCAL values (shapes, row offsets) are small integer computations the compiler recomputes per
 // layout: they are modelled as free. Transfers are memoised per (source task, device) like TF's
-// Send/Recv pairs, conversions per tensor like the compiler's memo table, and collectives are
-// chained per device in creation order (the compiler adds those control edges so every member of
-// a ring issues them in the same order).
+// Send/Recv pairs, conversions per tensor like the compiler's memo table.
+//
+// All-reduces are decided last, as in the compiler: a request returns a placeholder, and
+// `emit_collectives` packs the requests into buckets by tag_tf/compiler/fusion.py's rule (same
+// devices, dtype and sync level, production order, at most `fusion_bytes` each), emits per bucket
+// a pack (concat) per device, one collective and an unpack (split) per device, and chains the
+// collectives per device in bucket order (the compiler's control edges).
 //
 // Resources: [0, D) device compute queues, [D, 2D) per-device collective streams, [2D, 2D+L) links,
 // [2D+L, 2D+L+H) host executors: virtual CPU devices of one process share its executor threads, so
@@ -38,7 +42,7 @@ enum : uint8_t { kAllReduce = 0, kPS = 1, kDuplicate = 2, kModelParallel = 3 }; 
 enum : uint8_t { kSingle = 0, kReplicated = 1, kDuplicated = 2 };                // layout modes
 enum : uint8_t { kSource = 1, kVariableSide = 2 };                               // op flags
 enum : uint8_t { kCompute = 0, kTransfer = 1, kSplitTask = 2, kConcat = 3, kAddN = 4, kCollective = 5,
-                 kZeros = 6 };                                                    // task kinds
+                 kZeros = 6, kPack = 7, kUnpack = 8 };                            // task kinds
 
 // Piecewise-linear time model t(bytes) (fitted communication profiles); empty = not fitted.
 struct Piecewise {
@@ -64,6 +68,11 @@ struct Prepared {
   std::vector<int32_t> e_src, e_dst, e_tensor;
   std::vector<int64_t> e_bytes;                 // whole tensor at the planning batch size
   std::vector<uint8_t> e_state, e_need;         // producer state / consumer requirement (replicated)
+  // Per tensor id (fusion facts, tag_tf/compiler/fusion.py): sync level, production rank, dtype
+  // code, bytes, and whether a static shape lets it join a bucket.
+  std::vector<int32_t> t_level, t_rank, t_dtype;
+  std::vector<int64_t> t_bytes;
+  std::vector<uint8_t> t_fusable;
   // Control edges between planned ops.
   std::vector<int32_t> c_src, c_dst;
   // Devices and links.
@@ -87,6 +96,7 @@ struct StrategyView {
   const uint8_t* grp_option = nullptr;  // [num_groups]
   const double* shares = nullptr;       // [num_devices] or nullptr (even)
   const int32_t* mp_part = nullptr;     // [num_ops] part of each op of a model-parallel group, else -1
+  int64_t fusion_bytes = 0;             // bucket cap for fused all-reduces; 0 = one tensor each
 };
 
 // What each task is, for traces and runtime-feedback features.
@@ -149,6 +159,7 @@ class Expander {
     emit_compute();
     emit_data_edges();
     emit_control_edges();
+    emit_collectives(s.fusion_bytes);
     finish();
     return "";
   }
@@ -157,7 +168,8 @@ class Expander {
   const Layout& layout(int32_t id) const { return layouts_[id]; }
   int32_t first_task(int32_t op) const { return inst_[op]; }
   // Conversions inserted by the last expansion (to compare with the compiler's counts).
-  int32_t num_splits = 0, num_concats = 0, num_addns = 0, num_allreduces = 0, num_transfers = 0, num_zeros = 0;
+  int32_t num_splits = 0, num_concats = 0, num_addns = 0, num_allreduces = 0, num_transfers = 0, num_zeros = 0,
+          num_allreduce_tensors = 0;
 
  private:
   const Prepared& p_;
@@ -168,6 +180,10 @@ class Expander {
   std::vector<int32_t> edge_from_, edge_to_;
   std::vector<uint8_t> edge_data_;
   std::unordered_map<int64_t, int32_t> memo_transfer_, memo_concat_, memo_addn_, memo_allreduce_;
+  // All-reduce requests (by edge of their tensor) and the edges waiting for their results.
+  std::vector<int32_t> request_edge_;
+  struct PendingEdge { int32_t request, to; bool data; };
+  std::vector<PendingEdge> pending_;
   std::unordered_map<int64_t, std::vector<int32_t>> memo_split_;
   std::vector<int32_t> last_collective_;
 
@@ -193,8 +209,10 @@ class Expander {
     memo_addn_.clear();
     memo_allreduce_.clear();
     memo_split_.clear();
+    request_edge_.clear();
+    pending_.clear();
     last_collective_.assign(p_.num_devices, -1);
-    num_splits = num_concats = num_addns = num_allreduces = num_transfers = num_zeros = 0;
+    num_splits = num_concats = num_addns = num_allreduces = num_transfers = num_zeros = num_allreduce_tensors = 0;
     for (int32_t d = 0; d < p_.num_devices; ++d) {  // single(d) layouts come first: id = d
       Layout l;
       l.devs = {d};
@@ -300,7 +318,14 @@ class Expander {
     return id;
   }
 
+  // Task ids <= -2 stand for all-reduce request -2 - id, resolved by emit_collectives.
+  static int32_t placeholder(int32_t request) { return -2 - request; }
+
   void edge(int32_t from, int32_t to, bool data) {
+    if (from <= -2) {
+      pending_.push_back({-2 - from, to, data});
+      return;
+    }
     if (from < 0) return;   // a free (LOCAL) value: no dependency
     edge_from_.push_back(from);
     edge_to_.push_back(to);
@@ -471,20 +496,27 @@ class Expander {
     return a == b;
   }
 
+  // The all-reduced value of edge e's tensor: a placeholder until emit_collectives.
   int32_t all_reduce(int32_t e) {
     const int32_t tensor = p_.e_tensor[e];
     auto it = memo_allreduce_.find(tensor);
     if (it != memo_allreduce_.end()) return it->second;
-    const int32_t src = p_.e_src[e];
-    const Layout& P = layouts_[op_layout_[src]];
+    const int32_t id = placeholder(static_cast<int32_t>(request_edge_.size()));
+    request_edge_.push_back(e);
+    memo_allreduce_.emplace(tensor, id);
+    return id;
+  }
+
+  // One collective task over `devs` on `bytes` (its inputs are wired by the caller).
+  int32_t collective(const std::vector<int32_t>& devs, double bytes, int32_t op) {
     TaskGraph& g = *g_;
     const int32_t id = static_cast<int32_t>(g.duration.size());
-    g.duration.push_back(allreduce_time(P.devs, static_cast<double>(p_.e_bytes[e])));
+    g.duration.push_back(allreduce_time(devs, bytes));
     // Collective streams of the members, plus the inter-machine links of the ring (it contends
     // with transfers there); NVLink/PCIe hops inside a machine are left to the streams.
     std::vector<int32_t> res;
-    for (int32_t d : P.devs) res.push_back(p_.num_devices + d);
-    std::vector<int32_t> ring(P.devs);
+    for (int32_t d : devs) res.push_back(p_.num_devices + d);
+    std::vector<int32_t> ring(devs);
     std::sort(ring.begin(), ring.end(), [&](int32_t a, int32_t b) {
       return p_.dev_machine[a] != p_.dev_machine[b] ? p_.dev_machine[a] < p_.dev_machine[b] : a < b;
     });
@@ -498,7 +530,7 @@ class Expander {
       }
     }
     std::vector<int32_t> hosts;
-    for (int32_t d : P.devs)
+    for (int32_t d : devs)
       if (p_.dev_host[d] >= 0 && std::find(hosts.begin(), hosts.end(), p_.dev_host[d]) == hosts.end())
         hosts.push_back(p_.dev_host[d]);
     if (hosts.size() > 1)        // a ring through gRPC: serialisation on every process's CPU
@@ -510,18 +542,101 @@ class Expander {
     task_device_.push_back(-1);
     if (meta_) {
       meta_->kind.push_back(kCollective);
-      meta_->op.push_back(src);
+      meta_->op.push_back(op);
       meta_->device.push_back(-1);
       meta_->src.push_back(-1);
     }
-    for (int32_t k = 0; k < P.size(); ++k) edge(instance(src, k), id, true);
-    for (int32_t d : P.devs) {     // same order on every member (the compiler's control chain)
+    for (int32_t d : devs) {     // same order on every member (the compiler's control chain)
       edge(last_collective_[d], id, false);
       last_collective_[d] = id;
     }
     ++num_allreduces;
-    memo_allreduce_.emplace(tensor, id);
     return id;
+  }
+
+  // Buckets of requests in issue order: tag_tf.compiler.fusion.assign_buckets, line for line.
+  std::vector<std::vector<int32_t>> assign_buckets(int64_t cap) const {
+    const int32_t R = static_cast<int32_t>(request_edge_.size());
+    auto tensor = [&](int32_t r) { return p_.e_tensor[request_edge_[r]]; };
+    auto devices = [&](int32_t r) {
+      std::vector<int32_t> d = layouts_[op_layout_[p_.e_src[request_edge_[r]]]].devs;
+      std::sort(d.begin(), d.end());
+      return d;
+    };
+    auto order_key = [&](int32_t r) { return std::pair{p_.t_level[tensor(r)], p_.t_rank[tensor(r)]}; };
+    std::vector<int32_t> order(R);
+    for (int32_t r = 0; r < R; ++r) order[r] = r;
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return order_key(a) < order_key(b); });
+    std::vector<std::vector<int32_t>> buckets;
+    struct Open { std::vector<int32_t> devs; int32_t dtype, level; std::vector<int32_t> members; int64_t bytes; };
+    std::vector<Open> open;
+    for (int32_t r : order) {
+      const int32_t t = tensor(r);
+      if (cap <= 0 || !p_.t_fusable[t]) {
+        buckets.push_back({r});
+        continue;
+      }
+      const std::vector<int32_t> devs = devices(r);
+      Open* b = nullptr;
+      for (Open& o : open)
+        if (o.dtype == p_.t_dtype[t] && o.level == p_.t_level[t] && o.devs == devs) b = &o;
+      if (!b) {
+        open.push_back({devs, p_.t_dtype[t], p_.t_level[t], {}, 0});
+        b = &open.back();
+      }
+      if (!b->members.empty() && b->bytes + p_.t_bytes[t] > cap) {
+        buckets.push_back(std::move(b->members));
+        b->members.clear();
+        b->bytes = 0;
+      }
+      b->members.push_back(r);
+      b->bytes += p_.t_bytes[t];
+    }
+    for (Open& o : open)
+      if (!o.members.empty()) buckets.push_back(std::move(o.members));
+    std::sort(buckets.begin(), buckets.end(), [&](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+      return order_key(a.back()) < order_key(b.back());
+    });
+    return buckets;
+  }
+
+  void emit_collectives(int64_t cap) {
+    num_allreduce_tensors = static_cast<int32_t>(request_edge_.size());
+    if (request_edge_.empty()) return;
+    // result[r][d]: the task after which request r's reduced value is on device d.
+    std::vector<std::vector<int32_t>> result(request_edge_.size());
+    for (const std::vector<int32_t>& bucket : assign_buckets(cap)) {
+      const int32_t e0 = request_edge_[bucket[0]];
+      const Layout& P0 = layouts_[op_layout_[p_.e_src[e0]]];
+      std::vector<int32_t> devs(P0.devs);
+      std::sort(devs.begin(), devs.end());
+      if (bucket.size() == 1) {
+        const int32_t c = collective(devs, static_cast<double>(p_.e_bytes[e0]), p_.e_src[e0]);
+        for (int32_t k = 0; k < P0.size(); ++k) edge(instance(p_.e_src[e0], k), c, true);
+        result[bucket[0]].assign(p_.num_devices, c);
+        continue;
+      }
+      int64_t bytes = 0;
+      for (int32_t r : bucket) bytes += p_.t_bytes[p_.e_tensor[request_edge_[r]]];
+      std::vector<int32_t> packs;
+      for (int32_t d : devs) {
+        const int32_t pack = add_task(kPack, memcpy_time(d, 2.0 * bytes), d, p_.e_src[e0], bytes, {d});
+        for (int32_t r : bucket) {
+          const int32_t src = p_.e_src[request_edge_[r]];
+          edge(instance(src, layouts_[op_layout_[src]].index_of(d)), pack, true);
+        }
+        packs.push_back(pack);
+      }
+      const int32_t c = collective(devs, static_cast<double>(bytes), p_.e_src[e0]);
+      for (int32_t pack : packs) edge(pack, c, true);
+      std::vector<int32_t> unpack(p_.num_devices, -1);
+      for (int32_t d : devs) {
+        unpack[d] = add_task(kUnpack, memcpy_time(d, 2.0 * bytes), d, p_.e_src[e0], bytes, {d});
+        edge(c, unpack[d], true);
+      }
+      for (int32_t r : bucket) result[r] = unpack;
+    }
+    for (const PendingEdge& pe : pending_) edge(result[pe.request][task_device_[pe.to]], pe.to, pe.data);
   }
 
   // Shards of edge e's tensor laid out as `consumer` needs (one task per replica).

@@ -137,6 +137,11 @@ class Simulator {
     p_.e_bytes = vec<int64_t>(d, "e_bytes");
     p_.e_state = vec<uint8_t>(d, "e_state");
     p_.e_need = vec<uint8_t>(d, "e_need");
+    p_.t_level = vec<int32_t>(d, "t_level");
+    p_.t_rank = vec<int32_t>(d, "t_rank");
+    p_.t_dtype = vec<int32_t>(d, "t_dtype");
+    p_.t_bytes = vec<int64_t>(d, "t_bytes");
+    p_.t_fusable = vec<uint8_t>(d, "t_fusable");
     p_.c_src = vec<int32_t>(d, "c_src");
     p_.c_dst = vec<int32_t>(d, "c_dst");
     p_.dev_type = vec<int32_t>(d, "dev_type");
@@ -167,7 +172,7 @@ class Simulator {
 
   // Expand and simulate one strategy. Returns a dict (see tag_tf/sim/simulator.py).
   py::dict run(Arr<int32_t> grp_ptr, Arr<int32_t> grp_devs, Arr<uint8_t> grp_option, py::object shares,
-               py::object mp_part, bool with_tasks) {
+               py::object mp_part, int64_t fusion_bytes, bool with_tasks) {
     if (grp_ptr.size() != p_.num_groups + 1 || grp_option.size() != p_.num_groups)
       throw std::invalid_argument("strategy: expected one device list and option per group");
     if (grp_ptr.data()[p_.num_groups] != grp_devs.size() || grp_ptr.data()[0] != 0)
@@ -178,6 +183,8 @@ class Simulator {
     s.grp_ptr = grp_ptr.data();
     s.grp_devs = grp_devs.data();
     s.grp_option = grp_option.data();
+    if (fusion_bytes < 0) throw std::invalid_argument("strategy: fusion_bytes must be >= 0");
+    s.fusion_bytes = fusion_bytes;
     if (!shares.is_none()) {
       auto a = py::cast<Arr<double>>(shares);
       if (a.size() != p_.num_devices) throw std::invalid_argument("strategy: one share per device");
@@ -221,6 +228,10 @@ class Simulator {
     need(p_.e_dst.size() == E && p_.e_tensor.size() == E && p_.e_bytes.size() == E && p_.e_state.size() == E &&
              p_.e_need.size() == E, "edge arrays length");
     need(p_.c_dst.size() == p_.c_src.size(), "control edge arrays length");
+    const size_t T_ = p_.t_level.size();
+    need(p_.t_rank.size() == T_ && p_.t_dtype.size() == T_ && p_.t_bytes.size() == T_ && p_.t_fusable.size() == T_,
+         "tensor arrays length");
+    for (int32_t t : p_.e_tensor) need(t >= 0 && static_cast<size_t>(t) < T_, "e_tensor out of range");
     need(p_.dev_type.size() == D && p_.dev_machine.size() == D && p_.dev_capacity.size() == D &&
              p_.dev_host.size() == D, "device arrays");
     for (int32_t h : p_.dev_host) need(h >= -1 && h < p_.num_hosts, "dev_host out of range");
@@ -284,6 +295,7 @@ class Simulator {
     conv["concat"] = expander_.num_concats;
     conv["addn"] = expander_.num_addns;
     conv["allreduce"] = expander_.num_allreduces;
+    conv["allreduce_tensors"] = expander_.num_allreduce_tensors;
     conv["transfer"] = expander_.num_transfers;
     conv["zeros"] = expander_.num_zeros;
     out["conversions"] = conv;
@@ -316,12 +328,13 @@ class Simulator {
 
 PYBIND11_MODULE(_simcore, m) {
   m.doc() = "tag_tf native simulator core (discrete-event engine, see kernels/engine.h)";
-  m.attr("ABI_VERSION") = 3;
+  m.attr("ABI_VERSION") = 4;
 
   py::class_<Simulator>(m, "Simulator", "A prepared graph + topology: expand and simulate strategies.")
       .def(py::init<const py::dict&>(), py::arg("prepared"))
       .def("run", &Simulator::run, py::arg("grp_ptr").noconvert(), py::arg("grp_devs").noconvert(),
-           py::arg("grp_option").noconvert(), py::arg("shares"), py::arg("mp_part"), py::arg("with_tasks") = false,
+           py::arg("grp_option").noconvert(), py::arg("shares"), py::arg("mp_part"), py::arg("fusion_bytes") = 0,
+           py::arg("with_tasks") = false,
            "Expand a strategy into tasks and simulate one iteration; returns a summary dict.");
 
   m.def(

@@ -51,6 +51,10 @@ class Strategy:
     graph: str | None = None                   # fingerprint of the graph it was made for
     topology: str | None = None                # fingerprint of the topology it was made for
     name: str = ""
+    # Gradient fusion: AllReduce partial sums over the same devices are packed into buckets of at
+    # most this many bytes (Horovod's Tensor Fusion); None = one collective per tensor (the paper's
+    # DP-NCCL). See tag_tf/compiler/fusion.py.
+    fusion_bytes: int | None = None
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -74,7 +78,7 @@ class Strategy:
     def to_dict(self) -> dict[str, Any]:
         return {"format": "tag_tf.strategy/1", "name": self.name, "graph": self.graph,
                 "topology": self.topology, "shares": None if self.shares is None else list(self.shares),
-                "groups": [g.to_dict() for g in self.groups]}
+                "fusion_bytes": self.fusion_bytes, "groups": [g.to_dict() for g in self.groups]}
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -99,8 +103,11 @@ class Strategy:
         if shares is not None and (not isinstance(shares, list) or
                                    not all(isinstance(x, (int, float)) for x in shares)):
             raise StrategyError(f"{source}: 'shares' must be a list of numbers")
+        fusion = d.get("fusion_bytes")
+        if fusion is not None and (isinstance(fusion, bool) or not isinstance(fusion, int) or fusion < 0):
+            raise StrategyError(f"{source}: 'fusion_bytes' must be a non-negative integer or null, got {fusion!r}")
         return cls(tuple(groups), None if shares is None else tuple(float(x) for x in shares),
-                   d.get("graph"), d.get("topology"), d.get("name", ""))
+                   d.get("graph"), d.get("topology"), d.get("name", ""), fusion)
 
     @classmethod
     def load(cls, path: str) -> "Strategy":

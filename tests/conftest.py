@@ -17,7 +17,7 @@ def zoo(name: str, **kw):
     from tag_tf.frontend.loading import model_ir
     from tag_tf.models import build_model
 
-    args = dict(tiny=True, dropout=0.0, **kw)
+    args = {"tiny": True, "dropout": 0.0, **kw}
     model = build_model(name, **args)
 
     def rebuild(batch: int):

@@ -10,8 +10,11 @@ inserted (and memoised, so all consumers share it):
   full           Concat                Concat                 AllReduce / AddN   as is            recompute globally
   local          as is (same shards)   recompute for layout   -                  recompute for layout
 
-Collectives are globally ordered: each one waits (control edge) for the previous collective on each
-of its devices, so every member issues them in the same order and rings cannot deadlock.
+All-reduces are decided last: while the ops are emitted, each one only reserves the names of its
+results; `_emit_collectives` then packs them into buckets (tag_tf/compiler/fusion.py: the strategy's
+`fusion_bytes`, or one tensor per collective) and emits them in one global order, each collective
+waiting (control edge) for the previous one on each of its devices, so every member issues them in
+the same order and rings cannot deadlock.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from tag_tf.analysis.rules import SHAPE_OPS
 from tag_tf.analysis.simplify import training_ops
 from tag_tf.analysis.states import FULL, Flag, Kind, State
 from tag_tf.compiler.devices import DeviceMap
+from tag_tf.compiler.fusion import FusionFacts, assign_buckets
 from tag_tf.compiler.nodes import NodeFactory
 from tag_tf.compiler.placement import HOST, Layout, Mode, Placement, single
 from tag_tf.errors import CompileError
@@ -34,8 +38,10 @@ _WEIGHT_SCALE = 10_000   # integer share weights for run-time (dynamic batch) sp
 
 
 class GraphBuilder:
-    def __init__(self, analysis: Analysis, placement: Placement, devices: DeviceMap):
+    def __init__(self, analysis: Analysis, placement: Placement, devices: DeviceMap,
+                 fusion_bytes: int | None = None, instance_key_base: int = 0):
         self.a = analysis
+        self.fusion_bytes = fusion_bytes
         self.graph = analysis.graph
         self.placement = placement
         self.devices = devices
@@ -44,8 +50,15 @@ class GraphBuilder:
         self.instances: dict[str, list[str]] = {}            # op -> node names of its instances
         self._memo: dict[tuple, Any] = {}
         self._group_keys: dict[tuple[int, ...], int] = {}
-        self._instance_key = 0
+        # Servers remember each collective instance's shape across runs: graphs compiled for the
+        # same servers must not reuse instance keys (see compile.instance_key_base).
+        self._instance_key = instance_key_base
         self._last_collective: dict[int, str] = {}
+        # All-reduces requested while emitting: (memo key, reserved output names per replica).
+        self._pending: list[tuple[tuple, list[str]]] = []
+        self._buckets: list[list[tuple]] = []        # memo keys per emitted collective
+        self._collectives_done = False
+        self._flat_shapes: dict[str, str] = {}          # device -> Const [-1]
         # Who needs each memoised conversion: "training" (an op of the training step), "other" (ops
         # that only run when fetched: init, save, dangling gradient outputs) or "recompute" (inside
         # the recomputation of a LOCAL value). Reuse by a training op upgrades the entry.
@@ -73,6 +86,7 @@ class GraphBuilder:
         nodes = {n.name: n for n in self.f.nodes}
         for name in self.graph.order:       # control edges, once every instance exists
             self._wire_control(name, nodes)
+        self._emit_collectives()
 
     @staticmethod
     def _instance_name(op: str, lay: Layout, j: int) -> str:
@@ -215,30 +229,77 @@ class GraphBuilder:
         return self.f.add_n(f"tag/sum/{ref.op}", pieces, self._dtype(ref), self.devices[device]) + ":0"
 
     def _all_reduce(self, ref: TensorRef) -> list[str]:
-        def build() -> list[str]:
+        """Per replica, the name of ref's all-reduced value. Until every op is emitted this only
+        reserves the names (the collective is built with its bucket by `_emit_collectives`)."""
+        def reserve() -> list[str]:
             play = self.placement.of(ref.op)
-            devs = play.devices
-            dtype = self._dtype(ref)
-            use_nccl = all(self.devices.gpu[d] for d in devs) and len({self.devices.machine(d) for d in devs}) == 1
-            key = self._group_keys.setdefault(tuple(sorted(devs)), len(self._group_keys) + 1)
-            self._instance_key += 1
-            out = []
-            for k, d in enumerate(devs):
-                prev = self._last_collective.get(d)
-                control = [prev] if prev else []
-                base = f"tag/allreduce/{ref.op}/r{k}"
-                if use_nccl:
-                    name = self.f.nccl_all_reduce(base, self.out(ref, k), dtype, self.devices[d],
-                                                  num_devices=len(devs), control=control,
-                                                  shared_name=f"tag_ar_{self._instance_key}")
-                else:
-                    name = self.f.collective_reduce(base, self.out(ref, k), dtype, self.devices[d],
-                                                    group_size=len(devs), group_key=key,
-                                                    instance_key=self._instance_key, control=control)
-                self._last_collective[d] = name
-                out.append(name + ":0")
-            return out
-        return self._memo_get(("allreduce", ref), build)
+            names = [self.f.unique(f"tag/allreduce/{ref.op}/r{k}") for k in range(play.size)]
+            key = ("allreduce", ref)
+            if self._collectives_done:       # a late request (none is known to occur): alone
+                self._emit_bucket([(key, names)])
+            else:
+                self._pending.append((key, names))
+            return [n + ":0" for n in names]
+        return self._memo_get(("allreduce", ref), reserve)
+
+    def _emit_collectives(self) -> None:
+        facts = FusionFacts(self.a)
+        requests = [facts.request(key[1], self.placement.of(key[1].op).devices) for key, _ in self._pending]
+        for members in assign_buckets(requests, self.fusion_bytes):
+            self._emit_bucket([self._pending[i] for i in members])
+        self._pending = []
+        self._collectives_done = True
+
+    def _emit_bucket(self, members: list[tuple[tuple, list[str]]]) -> None:
+        """One collective per replica over the members' values; each member's reserved name ends
+        up holding its own reduced value (for several members: flatten, concat, reduce, split,
+        reshape)."""
+        self._buckets.append([key for key, _ in members])
+        first: TensorRef = members[0][0][1]
+        play = self.placement.of(first.op)
+        devs = play.devices
+        dtype = self._dtype(first)
+        use_nccl = all(self.devices.gpu[d] for d in devs) and len({self.devices.machine(d) for d in devs}) == 1
+        group_key = self._group_keys.setdefault(tuple(sorted(devs)), len(self._group_keys) + 1)
+        self._instance_key += 1
+        fused = len(members) > 1
+        for d in sorted(devs):
+            device = self.devices[d]
+            # Each member's instance on d (members may list the same devices in another order).
+            at = [self.placement.of(key[1].op).devices.index(d) for key, _ in members]
+            values = [self.out(key[1], j) for (key, _), j in zip(members, at)]
+            if fused:
+                base = f"tag/fused/b{self._instance_key}/d{d}"
+                flat_shape = self._flat_shapes.get(device) or self._flat_shapes.setdefault(
+                    device, self.f.const("tag/flat_shape", [-1], "int32", device))
+                flat = [self.f.node(f"{base}/flat", "Reshape", [v, flat_shape], device,
+                                    T=("type", dtype), Tshape=("type", "int32")) for v in values]
+                value, name = self.f.concat(f"{base}/pack", flat, 0, dtype, device) + ":0", self.f.unique(f"{base}/sum")
+            else:
+                value, name = values[0], members[0][1][at[0]]
+            prev = self._last_collective.get(d)
+            control = [prev] if prev else []
+            if use_nccl:
+                self.f.nccl_all_reduce(name, value, dtype, device, num_devices=len(devs), control=control,
+                                       shared_name=f"tag_ar_{self._instance_key}", unique=False)
+            else:
+                self.f.collective_reduce(name, value, dtype, device, group_size=len(devs), group_key=group_key,
+                                         instance_key=self._instance_key, control=control, unique=False)
+            self._last_collective[d] = name
+            if fused:
+                self._unpack([(key[1], names[j]) for (key, names), j in zip(members, at)], name + ":0",
+                             dtype, device)
+
+    def _unpack(self, members: list[tuple[TensorRef, str]], packed: str, dtype: str, device: str) -> None:
+        """Split a reduced bucket back into its members, each under the name reserved for it."""
+        shapes = [list(self.graph.tensor(ref).shape) for ref, _ in members]
+        sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
+        base = packed.split(":")[0]
+        parts = self.f.split_v(f"{base}/unpack", packed, self.f.const(f"{base}/sizes", sizes, "int32", device),
+                               0, len(members), dtype, device)
+        for i, ((_, name), shape) in enumerate(zip(members, shapes)):
+            self.f.node(name, "Reshape", [f"{parts}:{i}", self.f.const(f"{base}/shape", shape, "int32", device)],
+                        device, unique=False, T=("type", dtype), Tshape=("type", "int32"))
 
     # -- split ----------------------------------------------------------------------------------
     def _as_split(self, ref: TensorRef, lay: Layout, need: State) -> list[str]:
@@ -428,21 +489,24 @@ class GraphBuilder:
     @property
     def counts(self) -> dict[str, int]:
         """Conversions the training step executes, by kind; plus those only other ops would run
-        (`other_conversions`) and the recomputations of LOCAL values with what they needed."""
+        (`other_conversions`) and the recomputations of LOCAL values with what they needed.
+        `allreduce` counts collectives (a fused bucket is one), `allreduce_tensors` the tensors
+        they reduce."""
         kinds = ("split", "concat", "addn", "allreduce", "zeros")
         out = {k: 0 for k in kinds}
-        out.update(recompute=0, other_conversions=0)
+        out.update(allreduce_tensors=0, recompute=0, other_conversions=0)
         for key, origin in self._origin.items():
-            kind = key[0]
+            kind = "allreduce_tensors" if key[0] == "allreduce" else key[0]
             if kind == "recompute":
                 out["recompute"] += 1
-            elif kind in kinds:
+            elif kind in out:
                 if origin == "training":
                     out[kind] += 1
                 elif origin == "recompute":
                     out["recompute"] += 1
                 else:
                     out["other_conversions"] += 1
+        out["allreduce"] = sum(any(self._origin.get(k) == "training" for k in b) for b in self._buckets)
         return out
 
     def _dtype(self, ref: TensorRef) -> str:

@@ -7,6 +7,7 @@ mapped fetch has the original tensor's static shape and dtype.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import types
 from typing import Any, Iterable, Mapping
 
@@ -54,7 +55,8 @@ def compile_strategy(ctx: PassContext, analysis: Analysis, strategy: Strategy, d
     with ctx.timer("compile/placement"):
         placement = resolve(analysis, strategy, len(devices))
     with ctx.timer("compile/build"):
-        builder = GraphBuilder(analysis, placement, devices)
+        builder = GraphBuilder(analysis, placement, devices, strategy.fusion_bytes,
+                               instance_key_base(analysis, strategy, devices))
         builder.emit_all()
         graph_counts = dict(builder.counts)     # conversions of the graph itself, before fetch adapters
         wanted_tensors = list(dict.fromkeys([*(t for t in [graph.meta.loss] if t), *fetches]))
@@ -78,6 +80,14 @@ def compile_strategy(ctx: PassContext, analysis: Analysis, strategy: Strategy, d
             check_compiled(analysis, result)
     ctx.after_pass("compile", result)
     return result
+
+
+def instance_key_base(analysis: Analysis, strategy: Strategy, devices: DeviceMap) -> int:
+    """Where this graph's collective instance keys start. A long-running server keeps each instance
+    key's shape: two graphs run on the same servers (another plan, another model) must use disjoint
+    keys, or the second fails with a shape mismatch. 2^16 slots of 2^14 keys each, by content hash."""
+    text = f"{analysis.graph.fingerprint}|{strategy.fingerprint}|{'|'.join(devices.names)}"
+    return (int(hashlib.sha256(text.encode()).hexdigest(), 16) % 2**16) * 2**14
 
 
 def check_compiled(analysis: Analysis, compiled: Compiled) -> None:

@@ -109,18 +109,20 @@ class NodeFactory:
         return self.node(base, "NoOp", [], device, control=control)
 
     def collective_reduce(self, base: str, value: str, dtype: str, device: str, *, group_size: int,
-                          group_key: int, instance_key: int, control: Sequence[str] = ()) -> str:
+                          group_key: int, instance_key: int, control: Sequence[str] = (),
+                          unique: bool = True) -> str:
         gs = self.const(f"{base}/group_size", group_size, "int32", device)
         gk = self.const(f"{base}/group_key", group_key, "int32", device)
         ik = self.const(f"{base}/instance_key", instance_key, "int32", device)
-        return self.node(base, "CollectiveReduceV2", [value, gs, gk, ik], device, control=control,
+        return self.node(base, "CollectiveReduceV2", [value, gs, gk, ik], device, control=control, unique=unique,
                          T=("type", dtype), merge_op=("s", "Add"), final_op=("s", "Id"),
                          communication_hint=("s", "auto"), timeout_seconds=("f", 0.0),
                          Nordering_token=("int", 0))
 
     def nccl_all_reduce(self, base: str, value: str, dtype: str, device: str, *, num_devices: int,
-                        shared_name: str, control: Sequence[str] = ()) -> str:
-        return self.node(base, "NcclAllReduce", [value], device, control=control, reduction=("s", "sum"),
+                        shared_name: str, control: Sequence[str] = (), unique: bool = True) -> str:
+        return self.node(base, "NcclAllReduce", [value], device, control=control, unique=unique,
+                         reduction=("s", "sum"),
                          T=("type", dtype), num_devices=("int", num_devices), shared_name=("s", shared_name))
 
 

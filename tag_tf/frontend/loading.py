@@ -60,9 +60,10 @@ def load(args: argparse.Namespace, **model_extra: Any) -> Loaded:
 
 
 def strategy_from_spec(spec: str, analysis: Analysis, topology: Any, *, seed: int = 0,
-                       check_topology: bool = True) -> Any:
-    """`--strategy`: a baseline ("dp", "dp-p"), "random" (seeded) or a strategy JSON file, checked
-    against the graph (and, with `check_topology`, the topology it was made for)."""
+                       check_topology: bool = True, budget_s: float = 10.0) -> Any:
+    """`--strategy`: a baseline ("dp", "dp-p", "horovod", "horovod-p"; "heterog" is searched for
+    `budget_s` seconds), "random" (seeded) or a strategy JSON file, checked against the graph (and,
+    with `check_topology`, the topology it was made for)."""
     import numpy as np
 
     from tag_tf.search.baselines import BASELINES, baseline, random_strategy
@@ -71,12 +72,20 @@ def strategy_from_spec(spec: str, analysis: Analysis, topology: Any, *, seed: in
     n = len(analysis.grouping.groups)
     if spec in BASELINES:
         return baseline(spec, n, topology)
+    if spec == "heterog":
+        from tag_tf.search.heterog import heterog
+        from tag_tf.sim.simulator import Simulator
+
+        return heterog(Simulator(analysis, topology), topology, budget_s)
     if spec == "random":
         return random_strategy(n, topology.num_devices, np.random.default_rng(seed))
     strategy = Strategy.load(spec)
     strategy.validate(n, topology.num_devices, graph=analysis.graph.fingerprint,
                       topology=topology.fingerprint if check_topology else None)
     return strategy
+
+
+STRATEGY_HELP = "dp | dp-p | horovod | horovod-p | heterog | random | a strategy JSON file"
 
 
 def analysis_for(loaded: Loaded, args: argparse.Namespace, ctx: PassContext | None = None) -> Analysis:
@@ -86,4 +95,4 @@ def analysis_for(loaded: Loaded, args: argparse.Namespace, ctx: PassContext | No
     return analyze(ctx, loaded.graph, rebuild=loaded.rebuild)
 
 
-__all__ = ["Loaded", "add_model_args", "load", "analysis_for", "model_ir", "strategy_from_spec"]
+__all__ = ["Loaded", "STRATEGY_HELP", "add_model_args", "load", "analysis_for", "model_ir", "strategy_from_spec"]

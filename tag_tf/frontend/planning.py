@@ -1,7 +1,8 @@
 """Which strategy a graph trains with: resolving the user's request, the planner, and the plan cache.
 
-A request is "auto" (the best plan the planner can give), "dp", "dp-p", a `Strategy`, or the path of a
-strategy JSON file. Planned strategies ("auto", "dp", "dp-p") are cached on disk, keyed by the graph's
+A request is "auto" (the best plan the planner can give), a baseline ("dp", "dp-p", "horovod",
+"horovod-p", "heterog"), a `Strategy`, or the path of a strategy JSON file. Planned strategies
+(everything but objects and files) are cached on disk, keyed by the graph's
 fingerprint, the topology's fingerprint and the request, so the second run of a script does not plan
 again. Given strategies (objects, files) are only validated.
 """
@@ -21,7 +22,7 @@ from tag_tf.strategy import Strategy
 
 log = logging.getLogger("tag_tf.planning")
 
-PLANNED = ("auto", "dp", "dp-p")
+PLANNED = ("auto", "dp", "dp-p", "horovod", "horovod-p", "heterog")
 CACHE_FORMAT = "tag_tf.plan/1"
 CACHE_ENV = "TAG_TF_CACHE_DIR"
 
@@ -30,7 +31,7 @@ class Plan:
     """A resolved strategy and where it came from."""
 
     strategy: Strategy
-    request: str                 # "auto" | "dp" | "dp-p" | "file:<path>" | "strategy:<fingerprint>"
+    request: str                 # one of PLANNED | "file:<path>" | "strategy:<fingerprint>"
     cache_hit: bool = False      # the strategy was read from the plan cache (no planning)
     cache_path: str | None = None
     seconds: float = 0.0         # time spent planning (0 on a cache hit)
@@ -48,12 +49,20 @@ class Plan:
 DEFAULT_BUDGET_S = 30.0
 
 
-def baseline(name: str, analysis: Any, topology: Any) -> Strategy:
-    """The named baseline ("dp" or "dp-p") for this analysis on this topology, stamped with both."""
+def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = None) -> Strategy:
+    """The named baseline for this analysis on this topology, stamped with both ("heterog" is
+    searched for `budget_s` seconds)."""
     from tag_tf.search import baselines
 
     try:
-        strategy = baselines.baseline(name, len(analysis.grouping.groups), topology)
+        if name == "heterog":
+            from tag_tf.search.heterog import heterog
+            from tag_tf.sim.simulator import Simulator
+
+            strategy = heterog(Simulator(analysis, topology), topology,
+                               DEFAULT_BUDGET_S if budget_s is None else budget_s)
+        else:
+            strategy = baselines.baseline(name, len(analysis.grouping.groups), topology)
     except ValueError as e:
         raise StrategyError(str(e)) from None
     return dataclasses.replace(strategy, graph=analysis.graph.fingerprint, topology=topology.fingerprint)
@@ -71,9 +80,9 @@ def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None) -> 
     if not result.found:
         raise StrategyError(f"strategy='auto': no plan fits {topology.name!r}: {NOTHING_FITS} "
                             f"(batch {analysis.batch_size})")
-    log.info("auto plan: %.3g ms per iteration simulated (dp %.3g ms, dp-p %.3g ms), %d simulations in %.1f s",
-             result.iteration_time_s * 1e3, result.baselines["dp"] * 1e3, result.baselines["dp-p"] * 1e3,
-             result.evaluations, result.seconds)
+    log.info("auto plan: %.3g ms per iteration simulated (best baseline %s: %.3g ms), %d simulations in %.1f s",
+             result.iteration_time_s * 1e3, result.best_baseline,
+             min(result.baselines.values()) * 1e3, result.evaluations, result.seconds)
     return dataclasses.replace(result.strategy, name="auto", graph=analysis.graph.fingerprint,
                                topology=topology.fingerprint)
 
@@ -90,7 +99,7 @@ def request_key(request: Any) -> str:
         if text in PLANNED:
             return text
         return f"file:{os.path.abspath(text)}"
-    raise StrategyError(f"strategy: expected 'auto', 'dp', 'dp-p', a Strategy or a JSON file path, "
+    raise StrategyError(f"strategy: expected one of {', '.join(PLANNED)}, a Strategy or a JSON file path, "
                         f"got {type(request).__name__}")
 
 
@@ -114,7 +123,7 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
                      planner: Callable[[Any, Any, str, float | None], Strategy] | None = None) -> Plan:
     """The strategy to compile `analysis` with on `topology`.
 
-    `planner(analysis, topology, request, budget_s)` plans "auto"/"dp"/"dp-p" (default: `plan`);
+    `planner(analysis, topology, request, budget_s)` plans the PLANNED requests (default: `plan`);
     its result is cached under `cache_dir` (default: $TAG_TF_CACHE_DIR or ~/.cache/tag_tf).
     """
     key = request_key(request)
@@ -147,7 +156,7 @@ def plan(analysis: Any, topology: Any, request: str, budget_s: float | None) -> 
     """Plan a strategy for a PLANNED request (the hook the real search plugs into via choose_auto)."""
     if request == "auto":
         return choose_auto(analysis, topology, budget_s)
-    return baseline(request, analysis, topology)
+    return baseline(request, analysis, topology, budget_s)
 
 
 # ---------------------------------------------------------------------------------------------

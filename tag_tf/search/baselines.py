@@ -1,12 +1,19 @@
-"""Baseline strategies: the paper's DP-NCCL and DP-NCCL-P, plus seeded random strategies (tests,
-and the search's starting points)."""
+"""Baseline strategies: the paper's DP-NCCL and DP-NCCL-P, Horovod (DP with fused gradient buckets)
+and its proportional variant, plus seeded random strategies (tests, and the search's starting
+points). HeteroG's searched baseline lives in tag_tf/search/heterog.py."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import numpy as np
 
+from tag_tf.compiler.fusion import HOROVOD_FUSION_BYTES
 from tag_tf.strategy import GroupPlan, Option, Strategy
+
+# Caps a random strategy draws from (None: one collective per tensor); also the caps the planner
+# tries when it picks a latency-aware bucket size.
+FUSION_CHOICES = (None, 4096, 2**20, 4 * 2**20, 16 * 2**20, HOROVOD_FUSION_BYTES)
 
 
 def data_parallel(num_groups: int, num_devices: int, **kw) -> Strategy:
@@ -23,16 +30,30 @@ def data_parallel_proportional(num_groups: int, capacities: Sequence[float], **k
     return Strategy.uniform(num_groups, range(len(caps)), Option.ALLREDUCE, shares=shares, name="dp-p", **kw)
 
 
+def horovod(num_groups: int, num_devices: int, **kw) -> Strategy:
+    """Horovod: DP with gradients packed into 64 MB buckets in backward order (Tensor Fusion)."""
+    return Strategy.uniform(num_groups, range(num_devices), Option.ALLREDUCE, name="horovod",
+                            fusion_bytes=HOROVOD_FUSION_BYTES, **kw)
+
+
+def horovod_proportional(num_groups: int, capacities: Sequence[float], **kw) -> Strategy:
+    """Horovod with batch shares proportional to each device's compute capacity."""
+    dp_p = data_parallel_proportional(num_groups, capacities, **kw)
+    return dataclasses.replace(dp_p, name="horovod-p", fusion_bytes=HOROVOD_FUSION_BYTES)
+
+
 def random_strategy(num_groups: int, num_devices: int, rng: np.random.Generator, *,
                     options: Sequence[Option] = tuple(Option), uneven: bool = True, **kw) -> Strategy:
-    """Each group on a random non-empty device subset (random order) with a random option."""
+    """Each group on a random non-empty device subset (random order) with a random option, and a
+    random gradient fusion cap (drawn last, so the placements of a seed do not depend on it)."""
     groups = []
     for _ in range(num_groups):
         k = int(rng.integers(1, num_devices + 1))
         devices = tuple(int(d) for d in rng.permutation(num_devices)[:k])
         groups.append(GroupPlan(devices, options[int(rng.integers(len(options)))]))
     shares = tuple(float(x) for x in rng.uniform(0.5, 2.0, num_devices)) if uneven else None
-    return Strategy(tuple(groups), shares, name="random", **kw)
+    fusion = FUSION_CHOICES[int(rng.integers(len(FUSION_CHOICES)))]
+    return Strategy(tuple(groups), shares, name="random", fusion_bytes=fusion, **kw)
 
 
 def device_capacities(topology) -> list[float]:
@@ -40,13 +61,18 @@ def device_capacities(topology) -> list[float]:
     return [float(topology.gpu_type(d.type).peak_flops) for d in topology.devices]
 
 
-BASELINES = ("dp", "dp-p")
+BASELINES = ("dp", "dp-p", "horovod", "horovod-p")   # fixed rules; "heterog" is searched
 
 
 def baseline(name: str, num_groups: int, topology, **kw) -> Strategy:
-    """A named baseline for a topology: "dp" (DP-NCCL) or "dp-p" (DP-NCCL-P)."""
+    """A named fixed baseline for a topology: "dp" (DP-NCCL), "dp-p" (DP-NCCL-P), "horovod" or
+    "horovod-p"."""
     if name == "dp":
         return data_parallel(num_groups, topology.num_devices, **kw)
     if name == "dp-p":
         return data_parallel_proportional(num_groups, device_capacities(topology), **kw)
-    raise ValueError(f"unknown baseline {name!r} (expected one of {', '.join(BASELINES)})")
+    if name == "horovod":
+        return horovod(num_groups, topology.num_devices, **kw)
+    if name == "horovod-p":
+        return horovod_proportional(num_groups, device_capacities(topology), **kw)
+    raise ValueError(f"unknown baseline {name!r} (expected one of {', '.join(BASELINES)}, or heterog)")

@@ -15,6 +15,7 @@ import numpy as np
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.states import Flag, Kind
+from tag_tf.compiler.fusion import FusionFacts
 from tag_tf.compiler.placement import ColocationSets
 from tag_tf.ir import TensorRef
 from tag_tf.ir.opsets import VARIABLE_OPS
@@ -107,6 +108,7 @@ def prepare(analysis: Analysis, topology: Any, costs: Any, comm: Any = None) -> 
                 controls.add((index[host[c]], dst))
     e = np.array(list(edges.values()), dtype=np.int64).reshape(-1, 5)
     c = np.array(sorted(controls), dtype=np.int32).reshape(-1, 2)
+    fusion = _fusion_arrays(analysis, list(tensor_ids))
 
     # -- devices and links -------------------------------------------------------------------
     from tag_tf.topology.gpus import gpu_type
@@ -141,6 +143,7 @@ def prepare(analysis: Analysis, topology: Any, costs: Any, comm: Any = None) -> 
         "e_bytes": e[:, 3].astype(np.int64), "e_state": (e[:, 4] // 4).astype(np.uint8),
         "e_need": (e[:, 4] % 4).astype(np.uint8),
         "c_src": np.ascontiguousarray(c[:, 0]), "c_dst": np.ascontiguousarray(c[:, 1]),
+        **fusion,
         "dev_type": np.array([type_index[d.type] for d in devices], dtype=np.int32),
         "dev_machine": np.array([d.machine for d in devices], dtype=np.int32),
         "dev_host": np.array([d.machine if d.type == "cpu" else -1 for d in devices], dtype=np.int32),
@@ -156,6 +159,20 @@ def prepare(analysis: Analysis, topology: Any, costs: Any, comm: Any = None) -> 
     if comm is not None:
         prepared.update(_comm_fits(comm, D))
     return prepared
+
+
+def _fusion_arrays(analysis: Analysis, refs: list[TensorRef]) -> dict[str, np.ndarray]:
+    """Per tensor id, the facts tag_tf.compiler.fusion's bucket rule reads (rank: production order)."""
+    facts = FusionFacts(analysis)
+    ranks = [facts.rank(r) for r in refs]
+    rank = np.empty(len(refs), dtype=np.int32)
+    rank[sorted(range(len(refs)), key=ranks.__getitem__)] = np.arange(len(refs), dtype=np.int32)
+    dtypes: dict[str, int] = {}
+    return {"t_level": np.array([facts.level(r) for r in refs], dtype=np.int32), "t_rank": rank,
+            "t_dtype": np.array([dtypes.setdefault(analysis.graph.tensor(r).base_dtype, len(dtypes)) for r in refs],
+                                dtype=np.int32),
+            "t_bytes": np.array([facts.nbytes(r) for r in refs], dtype=np.int64),
+            "t_fusable": np.array([facts.fusable(r) for r in refs], dtype=np.uint8)}
 
 
 def _piecewise(fit: Any) -> dict[str, np.ndarray]:

@@ -24,7 +24,7 @@ from tag_tf.sim.prepare import device_types, prepare
 from tag_tf.strategy import Option, Strategy
 
 OPTION_CODE = {Option.ALLREDUCE: 0, Option.PS: 1, Option.DUPLICATE: 2, Option.MODEL_PARALLEL: 3}
-TASK_KINDS = ("compute", "transfer", "split", "concat", "addn", "allreduce", "zeros")
+TASK_KINDS = ("compute", "transfer", "split", "concat", "addn", "allreduce", "zeros", "pack", "unpack")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +82,15 @@ class Simulator:
     def num_groups(self) -> int:
         return len(self.analysis.grouping.groups)
 
+    def lower_bound_s(self) -> float:
+        """Compute lower bound of one iteration: the whole batch's compute spread over all devices
+        in proportion to their speed, communication free (sum of per-device rates)."""
+        p = self.prepared
+        n, batch = p["num_ops"], p["batch"]
+        per_type = (p["op_fixed"].reshape(-1, n) + p["op_per_sample"].reshape(-1, n) * batch).sum(axis=1)
+        rate = sum(1.0 / per_type[t] for t in p["dev_type"] if per_type[t] > 0)
+        return 1.0 / rate if rate > 0 else 0.0
+
     def encode(self, strategy: Strategy) -> tuple[np.ndarray, ...]:
         """The strategy as the flat arrays the native expander reads."""
         strategy.validate(self.num_groups, self._num_devices)
@@ -102,7 +111,7 @@ class Simulator:
                 for op, part in self._mp_cache[key].items():
                     mp[self._op_index[op]] = part
         shares = None if strategy.shares is None else np.asarray(strategy.shares, dtype=np.float64)
-        return ptr, np.asarray(devs, dtype=np.int32), options, shares, mp
+        return ptr, np.asarray(devs, dtype=np.int32), options, shares, mp, int(strategy.fusion_bytes or 0)
 
     def simulate(self, strategy: Strategy, *, detail: bool = False) -> SimReport:
         args = self.encode(strategy)

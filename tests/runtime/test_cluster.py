@@ -1,6 +1,8 @@
 """Several machines: server processes on 127.0.0.1, cross-process collectives, dead workers."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -19,8 +21,11 @@ def test_two_server_processes_train_equivalently_then_a_dead_worker_is_named():
 
     model, a = analysis_of("mlp")
     devices = DeviceMap.for_topology(cpu_topology(2, 2))
-    strategies = [Strategy.uniform(len(a.grouping.groups), (0, 1, 2, 3), Option.ALLREDUCE, shares=(1, 2, 1, 1)),
-                  random_strategy(len(a.grouping.groups), 4, np.random.default_rng(11))]
+    n = len(a.grouping.groups)
+    strategies = [Strategy.uniform(n, (0, 1, 2, 3), Option.ALLREDUCE, shares=(1, 2, 1, 1)),
+                  # Horovod-style fused buckets across the two processes
+                  Strategy.uniform(n, (0, 1, 2, 3), Option.ALLREDUCE, shares=(1, 2, 1, 1), fusion_bytes=2**26),
+                  dataclasses.replace(random_strategy(n, 4, np.random.default_rng(11)), fusion_bytes=4096)]
     feeds = batches(model, 2)
     with local_cluster(2, 2, timeout_ms=20_000) as (spec, procs):
         for strategy in strategies:
@@ -75,3 +80,7 @@ def test_nccl_all_reduce_among_gpus_of_one_machine():
     assert set(by_name.values()) == {4}
     nodes = compile_strategy(PassContext(), a, dp, DeviceMap.for_topology(two)).graph_def.node
     assert any(n.op == "CollectiveReduceV2" for n in nodes) and not any(n.op == "NcclAllReduce" for n in nodes)
+    # Fused: one NcclAllReduce per device over the packed bucket.
+    fused = dataclasses.replace(dp, fusion_bytes=2**26)
+    nodes = compile_strategy(PassContext(), a, fused, DeviceMap.for_topology(one), check=True).graph_def.node
+    assert sum(n.op == "NcclAllReduce" for n in nodes) == 4

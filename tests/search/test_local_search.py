@@ -20,12 +20,12 @@ def test_search_never_loses_to_the_baselines_and_respects_the_budget():
     assert result.iteration_time_s <= min(result.baselines.values()) + 1e-12
     assert result.speedup_over_dp >= 1.0
     assert sim.simulate(result.strategy).iteration_time_s == result.iteration_time_s   # re-simulates alike
-    # Moving coupled groups together finds what single-group moves cannot (the dense layers'
-    # weights, forward and gradient ops leave the all-reduce over the slow network together).
+    # Block moves only add candidates: never worse than single-group moves alone.
     singles = local_search(sim, topo, budget_s=20.0, blocks=False)
-    assert result.iteration_time_s < 0.5 * singles.iteration_time_s
+    assert result.iteration_time_s <= singles.iteration_time_s
+    assert result.iteration_time_s <= result.baselines["heterog"] <= result.baselines["horovod"]
     quick = local_search(sim, topo, budget_s=0.0)
-    assert quick.evaluations <= 3 and quick.iteration_time_s == min(quick.baselines.values())
+    assert quick.evaluations <= 5 and quick.iteration_time_s == min(quick.baselines.values())
     rows = describe(result.strategy, topo, a.grouping.groups)
     assert len(rows) == sim.num_groups and sum(r["compute_share"] for r in rows) > 0.99
 
@@ -79,7 +79,8 @@ def test_search_starts_from_a_smaller_device_set_when_dp_cannot_run(capsys, tmp_
     code = main(["plan", "--model", "mlp", "--tiny", "--batch", "8", "--topology", "testbed", "--budget", "2",
                  "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert code == 0 and out["baselines_s"] == {"dp": None, "dp-p": None} and out["speedup_over_dp"] is None
+    assert code == 0 and set(out["baselines_s"].values()) == {None} and out["speedup_over_dp"] is None
+    assert set(out["baselines_s"]) == {"dp", "dp-p", "horovod", "horovod-p", "heterog"} and out["lower_bound_s"] > 0
     assert out["iteration_time_s"] > 0
     # Nothing fits 1 KiB GPUs: one clear line, non-zero exit.
     tiny = tmp_path / "tiny.json"

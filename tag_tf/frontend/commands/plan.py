@@ -30,7 +30,8 @@ def run(args) -> int:
     ctx = PassContext(Options(num_groups=args.groups))
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
-    result = local_search(Simulator(analysis, topology), topology, budget_s=args.budget, progress=not args.json)
+    sim = Simulator(analysis, topology)
+    result = local_search(sim, topology, budget_s=args.budget, progress=not args.json)
     if not result.found:
         raise StrategyError(f"no plan found for {loaded.source} on {topology.name}: {NOTHING_FITS} "
                             f"(batch {analysis.batch_size})")
@@ -39,7 +40,9 @@ def run(args) -> int:
     out = {"model": loaded.source, "topology": topology.name, "simulated": True,
            "iteration_time_s": result.iteration_time_s,
            "baselines_s": {k: _seconds(v) for k, v in result.baselines.items()},
-           "speedup_over_dp": result.speedup_over_dp,
+           "speedup_over_dp": result.speedup_over_dp, "best_baseline": result.best_baseline,
+           "speedup_over_best_baseline": result.speedup_over_best_baseline,
+           "lower_bound_s": sim.lower_bound_s(),
            "evaluations": result.evaluations, "search_s": round(result.seconds, 2),
            "strategy": result.strategy.to_dict(),
            "groups": describe(result.strategy, topology, analysis.grouping.groups)}
@@ -47,10 +50,13 @@ def run(args) -> int:
         json.dump(out, sys.stdout)
         print()
         return 0
-    speedup = "n/a" if result.speedup_over_dp is None else f"{result.speedup_over_dp:.2f}x"
+    best = result.best_baseline
+    speedup = "n/a" if best is None else f"{result.speedup_over_best_baseline:.2f}x over {best}"
     print(f"{loaded.source} on {topology.name}: {result.iteration_time_s * 1e3:.2f} ms per iteration "
-          f"(simulated); DP {_ms(result.baselines['dp'])}, DP-P {_ms(result.baselines['dp-p'])}; "
-          f"speed-up over DP {speedup} ({result.evaluations} strategies in {result.seconds:.1f} s)")
+          f"(simulated), {speedup}; compute lower bound {sim.lower_bound_s() * 1e3:.2f} ms "
+          f"({result.evaluations} strategies in {result.seconds:.1f} s)")
+    for name, t in result.baselines.items():
+        print(f"  {name:<10} {_ms(t)}")
     if args.out:
         print(f"strategy written to {args.out}")
     return 0

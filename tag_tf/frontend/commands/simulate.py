@@ -4,14 +4,14 @@ from __future__ import annotations
 import json
 import sys
 
-from tag_tf.frontend.loading import add_model_args, analysis_for, load, strategy_from_spec
+from tag_tf.frontend.loading import STRATEGY_HELP, add_model_args, analysis_for, load, strategy_from_spec
 
 
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="predict iteration time and memory of a strategy (simulated)")
     add_model_args(p)
     p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED) or file")
-    p.add_argument("--strategy", default="dp", help="dp | dp-p | random | a strategy JSON file")
+    p.add_argument("--strategy", default="dp", help=STRATEGY_HELP)
     p.add_argument("--groups", type=int, default=60)
     p.add_argument("--trace", help="write a Chrome/Perfetto trace of the simulated iteration here")
     p.add_argument("--gantt", help="write a Gantt chart PNG of the simulated iteration here")
@@ -43,13 +43,15 @@ def run(args) -> int:
             plot_gantt(graph, result, args.gantt,
                        title=f"{loaded.source} on {topology.name}, {args.strategy} (simulated)")
     out = {"model": loaded.source, "topology": topology.name, "strategy": args.strategy, "simulated": True,
-           **report.to_dict(), "costs": dict(sim.costs.source), "timers": ctx.timing_report()}
+           **report.to_dict(), "lower_bound_s": sim.lower_bound_s(), "fusion_bytes": strategy.fusion_bytes,
+           "costs": dict(sim.costs.source), "timers": ctx.timing_report()}
     if args.json:
         json.dump(out, sys.stdout)
         print()
         return 0
     print(f"{loaded.source} on {topology.name} ({topology.num_devices} devices), strategy {args.strategy}: "
-          f"{report.iteration_time_s * 1e3:.2f} ms per iteration (simulated in {report.sim_ms:.1f} ms)")
+          f"{report.iteration_time_s * 1e3:.2f} ms per iteration (simulated in {report.sim_ms:.1f} ms); "
+          f"compute lower bound {sim.lower_bound_s() * 1e3:.2f} ms")
     peak = ", ".join(f"{p / 2**30:.2f}" for p in report.peak_memory_bytes)
     print(f"peak memory per device (GiB): {peak}" + ("  OOM on devices " + str(list(report.oom_devices)) if report.oom else ""))
     print("op times: " + "; ".join(f"{k}: {v}" for k, v in sim.costs.source.items()))

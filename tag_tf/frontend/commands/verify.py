@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from tag_tf.errors import TagError
-from tag_tf.frontend.loading import add_model_args, analysis_for, load, strategy_from_spec
+from tag_tf.frontend.loading import STRATEGY_HELP, add_model_args, analysis_for, load, strategy_from_spec
 
 
 def register(sub) -> None:
@@ -18,7 +18,7 @@ def register(sub) -> None:
     p.add_argument("--devices", type=int, required=True, help="number of devices (virtual CPU devices here)")
     p.add_argument("--processes", type=int, default=1,
                    help="server processes on 127.0.0.1 (devices are spread evenly over them)")
-    p.add_argument("--strategy", default="dp", help="dp | dp-p | random | a strategy JSON file")
+    p.add_argument("--strategy", default="dp", help=STRATEGY_HELP)
     p.add_argument("--shares", help="per-device batch shares, e.g. 1,2,3 (uneven split)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)

@@ -1,0 +1,49 @@
+"""The HeteroG baseline: HeteroG's decision space searched with our simulator and budget.
+
+HeteroG (Yi et al., 2022) decides per op group either to replicate it on all devices, synchronised
+by AllReduce or by parameter servers, or to place it on one device. We search that space with the
+same simulator-driven moves as the planner (tag_tf/search/moves.py), single groups in descending
+compute order, starting from the best fixed baseline; gradients keep that baseline's fusion.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from tag_tf.search.baselines import BASELINES, baseline
+from tag_tf.search.moves import Deadline, Evaluator, improve
+from tag_tf.strategy import GroupPlan, Option, Strategy
+
+
+def heterog_candidates(num_devices: int) -> list[GroupPlan]:
+    everyone = tuple(range(num_devices))
+    plans = [GroupPlan(everyone, Option.ALLREDUCE)]
+    if num_devices > 1:
+        plans.append(GroupPlan(everyone, Option.PS))
+    plans.extend(GroupPlan((d,), Option.ALLREDUCE) for d in range(num_devices))
+    return plans
+
+
+def heterog_search(cost: Evaluator, topology: Any, start: Strategy, start_time: float,
+                   deadline: Deadline, *, progress: bool = False) -> tuple[Strategy, float]:
+    """Improve `start` (simulated at `start_time`) within HeteroG's decision space."""
+    sim = cost.sim
+    order = np.argsort([-g.compute for g in sim.analysis.grouping.groups], kind="stable")
+    strategy, t, _ = improve(cost, start, start_time, heterog_candidates(topology.num_devices),
+                             [(int(g),) for g in order], deadline, progress=progress, label="heterog")
+    return dataclasses.replace(strategy, name="heterog"), t
+
+
+def heterog(sim: Any, topology: Any, budget_s: float = 10.0) -> Strategy:
+    """The HeteroG baseline strategy for `sim`'s graph on `topology` (searched for `budget_s`)."""
+    cost = Evaluator(sim)
+    starts = {name: baseline(name, sim.num_groups, topology) for name in BASELINES}
+    times = {name: cost(s) for name, s in starts.items()}
+    best = min(times, key=times.get)
+    strategy, _ = heterog_search(cost, topology, starts[best], times[best], Deadline.after(budget_s))
+    return strategy
+
+
+__all__ = ["heterog", "heterog_candidates", "heterog_search"]

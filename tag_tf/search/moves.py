@@ -1,0 +1,160 @@
+"""The simulator-driven improvement loop shared by the planner ("auto") and the HeteroG baseline.
+
+A search here is: a starting strategy, a list of candidate group plans, a list of moves (single
+groups or blocks of coupled groups), and a budget. Every move tries every candidate and keeps any
+change that lowers the simulated iteration time; out-of-memory strategies count as infinitely slow.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from tag_tf.errors import StrategyError
+from tag_tf.search.baselines import FUSION_CHOICES, device_capacities
+from tag_tf.strategy import GroupPlan, Strategy
+
+
+class Evaluator:
+    """Simulated iteration time of strategies, counting simulations; inf when a strategy cannot run."""
+
+    def __init__(self, sim: Any):
+        self.sim = sim
+        self.evaluations = 0
+
+    def __call__(self, strategy: Strategy) -> float:
+        self.evaluations += 1
+        try:
+            report = self.sim.simulate(strategy)
+        except StrategyError:          # e.g. a batch too small for that many replicas
+            return float("inf")
+        return float("inf") if report.oom else report.iteration_time_s
+
+
+class OutOfTime(Exception):
+    pass
+
+
+@dataclasses.dataclass
+class Deadline:
+    end: float
+
+    @classmethod
+    def after(cls, seconds: float) -> "Deadline":
+        return cls(time.perf_counter() + seconds)
+
+    def check(self) -> None:
+        if time.perf_counter() > self.end:
+            raise OutOfTime
+
+
+def candidate_device_sets(topology: Any) -> list[tuple[int, ...]]:
+    """All devices; the devices of the k fastest GPU types for each k; each machine's group."""
+    caps = device_capacities(topology)
+    speeds = sorted({c for c in caps}, reverse=True)
+    sets: list[tuple[int, ...]] = [tuple(range(topology.num_devices))]
+    for k in range(1, len(speeds)):
+        keep = set(speeds[:k])
+        sets.append(tuple(d for d in range(topology.num_devices) if caps[d] in keep))
+    sets.extend(tuple(g.devices) for g in topology.groups)
+    unique: list[tuple[int, ...]] = []
+    for s in sets:
+        if s and s not in unique:
+            unique.append(s)
+    return unique
+
+
+def coupled_blocks(prepared: Any, num_groups: int, *, ratio: float = 0.5, most: int = 6) -> list[tuple[int, ...]]:
+    """Blocks of groups that should move together: each group with the groups it exchanges at least
+    `ratio` of its heaviest exchange with (bytes per iteration, both directions), if that makes 2 to
+    `most` groups. A large layer's weights, its forward op and its gradient ops often land in
+    different groups (METIS balances compute); moving any one of them alone to other devices ships
+    the weights every step, so only the block move can win."""
+    src = np.asarray(prepared["op_group"])[np.asarray(prepared["e_src"])]
+    dst = np.asarray(prepared["op_group"])[np.asarray(prepared["e_dst"])]
+    cross = src != dst
+    w = np.zeros((num_groups, num_groups))
+    np.add.at(w, (src[cross], dst[cross]), np.asarray(prepared["e_bytes"], dtype=np.float64)[cross])
+    w = w + w.T
+    blocks: list[tuple[int, ...]] = []
+    for g in range(num_groups):
+        if w[g].max() <= 0:
+            continue
+        block = tuple(sorted({g, *np.flatnonzero(w[g] >= ratio * w[g].max()).tolist()}))
+        if 2 <= len(block) <= most and block not in blocks:
+            blocks.append(block)
+    # Heaviest exchanges first: they decide the most communication.
+    weight = {b: sum(w[i, j] for i in b for j in b) for b in blocks}
+    return sorted(blocks, key=lambda b: -weight[b])
+
+
+def improve(cost: Evaluator, start: Strategy, best: float, candidates: Sequence[GroupPlan],
+            moves: Sequence[tuple[int, ...]], deadline: Deadline, *, max_passes: int = 3,
+            progress: bool = False, label: str = "planning") -> tuple[Strategy, float, set[int]]:
+    """Passes of `moves` x `candidates` from `start` (simulated at `best`) until nothing improves,
+    `max_passes` or the deadline. Returns the best strategy, its time and the groups changed."""
+    groups = list(start.groups)
+    improved: set[int] = set()
+    bar = _progress(progress, max_passes * len(moves) * len(candidates), label)
+    try:
+        for _ in range(max_passes):
+            changed = False
+            for block in moves:
+                for plan in candidates:
+                    deadline.check()
+                    bar.update(1)
+                    if all(groups[g] == plan for g in block):
+                        continue
+                    trial = groups.copy()
+                    for g in block:
+                        trial[g] = plan
+                    t = cost(dataclasses.replace(start, groups=tuple(trial)))
+                    if t < best * (1 - 1e-6):
+                        best, groups = t, trial
+                        improved.update(block)
+                        changed = True
+            if not changed:
+                break
+    except OutOfTime:
+        pass
+    finally:
+        bar.close()
+    return dataclasses.replace(start, groups=tuple(groups)), best, improved
+
+
+def tune_fusion(cost: Evaluator, strategy: Strategy, best: float, deadline: Deadline) -> tuple[Strategy, float]:
+    """The latency-aware bucket size: the fusion cap (or none) that simulates fastest."""
+    for cap in FUSION_CHOICES:
+        if cap == strategy.fusion_bytes:
+            continue
+        try:
+            deadline.check()
+        except OutOfTime:
+            break
+        trial = dataclasses.replace(strategy, fusion_bytes=cap)
+        t = cost(trial)
+        if t < best * (1 - 1e-6):
+            strategy, best = trial, t
+    return strategy, best
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(enabled: bool, total: int, label: str):
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"tag_tf: {label}", unit="sim", leave=False, disable=None)
+
+
+__all__ = ["Deadline", "Evaluator", "OutOfTime", "candidate_device_sets", "coupled_blocks", "improve",
+           "tune_fusion"]
