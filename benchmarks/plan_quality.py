@@ -1,10 +1,14 @@
 """Plan quality on the paper's models and clusters, SIMULATED (no GPUs here).
 
 For every zoo model at its paper batch size and each heterogeneous preset (`testbed`, `cloud`), the
-simulator predicts one training iteration under DP-NCCL, DP-NCCL-P and the planner's "auto" plan
-(the simulator-driven local search, `--budget` seconds), with op times from the analytical GPU cost
-model (datasheet constants) and transfers from the topology's bandwidths. Also records the local
-search's effort (simulations, seconds) and what the plan does (groups per option / device set).
+simulator predicts one training iteration under every baseline — DP-NCCL and DP-NCCL-P (one
+collective per gradient, the paper's), Horovod and Horovod-P (fused 64 MB buckets), HeteroG (its
+decision space searched by our simulator) — and the planner's "auto" plan (`--budget` seconds; its
+first share goes to the HeteroG search, whose result it may start from), with op times from the
+analytical GPU cost model (datasheet constants) and transfers from the topology's bandwidths.
+Also: the compute lower bound (the whole batch spread over the devices by speed, communication
+free), HeteroG searched alone for the whole budget (a check that auto does not win only because
+HeteroG got less time), the search's effort, and what the plan does.
 
 Usage: python benchmarks/plan_quality.py [--budget 20] [--models vgg19,resnet101] [--topologies testbed]
 Writes benchmarks/results/plan_quality.json.
@@ -25,8 +29,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tag_tf.analysis import analyze                      # noqa: E402
 from tag_tf.context import PassContext                   # noqa: E402
+from tag_tf.errors import StrategyError                  # noqa: E402
 from tag_tf.frontend.loading import model_ir             # noqa: E402
 from tag_tf.models import MODEL_NAMES, build_model       # noqa: E402
+from tag_tf.search.heterog import heterog                 # noqa: E402
 from tag_tf.search.local_search import local_search      # noqa: E402
 from tag_tf.sim.simulator import Simulator               # noqa: E402
 from tag_tf.topology.parse import load_topology          # noqa: E402
@@ -41,6 +47,14 @@ def _finite(x: float) -> float | None:
 
 def _ms(t: float | None) -> str:
     return "does not run" if t is None else f"{t * 1e3:9.2f} ms"
+
+
+def _simulated(sim, strategy) -> float | None:
+    try:
+        report = sim.simulate(strategy)
+    except StrategyError:           # fewer samples than replicas
+        return None
+    return None if report.oom else report.iteration_time_s
 
 
 def plan_summary(strategy, topology) -> dict[str, int]:
@@ -75,25 +89,35 @@ def main() -> int:
             sim = Simulator(analysis, topology)
             prepare_s = time.perf_counter() - t0
             result = local_search(sim, topology, budget_s=args.budget)
+            alone_s = _simulated(sim, heterog(sim, topology, budget_s=args.budget))
+            auto = result.iteration_time_s
             row = {
                 "model": name, "topology": topo_name, "batch": analysis.batch_size,
                 "groups": sim.num_groups, "simulated": True,
-                "dp_s": _finite(result.baselines["dp"]), "dp_p_s": _finite(result.baselines["dp-p"]),
-                "auto_s": _finite(result.iteration_time_s), "speedup_over_dp": result.speedup_over_dp,
-                "speedup_over_dp_p": _finite(result.baselines["dp-p"] / result.iteration_time_s),
+                "baselines_s": {k: _finite(v) for k, v in result.baselines.items()},
+                "heterog_full_budget_s": alone_s,
+                "best_baseline": result.best_baseline,
+                "auto_s": _finite(auto), "lower_bound_s": sim.lower_bound_s(),
+                "auto_over_lower_bound": _finite(auto / sim.lower_bound_s()),
+                "speedup_over_best_baseline": result.speedup_over_best_baseline,
+                "speedup_over_dp": result.speedup_over_dp,
+                "auto_fusion_bytes": result.strategy.fusion_bytes,
                 "simulations": result.evaluations, "search_s": round(result.seconds, 2),
                 "groups_changed": result.improved_groups, "analyze_s": round(analyze_s, 1),
                 "prepare_s": round(prepare_s, 2), "plan": plan_summary(result.strategy, topology),
             }
             rows.append(row)
-            speedup = "  n/a" if row["speedup_over_dp"] is None else f"{row['speedup_over_dp']:5.2f}"
-            print(f"{name:<12} {topo_name:<8} DP {_ms(row['dp_s'])}  DP-P {_ms(row['dp_p_s'])}  "
-                  f"auto {_ms(row['auto_s'])}  {speedup}x over DP "
-                  f"({row['simulations']} simulations, {row['search_s']} s)  [simulated]", flush=True)
+            base = "  ".join(f"{k} {_ms(v)}" for k, v in row["baselines_s"].items())
+            best = "  n/a" if row["speedup_over_best_baseline"] is None else f"{row['speedup_over_best_baseline']:5.2f}"
+            print(f"{name:<12} {topo_name:<8} {base}  auto {_ms(row['auto_s'])}  LB {_ms(row['lower_bound_s'])}  "
+                  f"{best}x over {row['best_baseline']} ({row['simulations']} simulations, {row['search_s']} s)"
+                  f"  [simulated]", flush=True)
     result = {
         "benchmark": "plan_quality",
-        "what": "SIMULATED iteration time of DP-NCCL, DP-NCCL-P and the auto plan (local search) per model "
-                "and heterogeneous preset; GPU op times from the analytical cost model with datasheet constants",
+        "what": "SIMULATED iteration time of every baseline (dp, dp-p: per-tensor all-reduce; horovod, "
+                "horovod-p: fused buckets; heterog: searched), the auto plan and the compute lower bound per "
+                "model and heterogeneous preset; GPU op times from the analytical cost model with datasheet "
+                "constants",
         "budget_s": args.budget,
         "rows": rows,
         "host": {"cpus": os.cpu_count(), "python": platform.python_version()},

@@ -7,8 +7,10 @@ strategy is compiled and run for real, and predicted by the local machine model
     device, DP on 2 and 4 devices, PS, duplicate, model parallel (METIS inside every group), a
     layered split of the groups over 2 devices, uneven batch shares, a seeded random strategy;
   * two local server processes with 2 virtual CPU devices each (`local_cluster(2, 2)`, topology
-    `cpu_topology(2, 2)`): DP over the processes (one device each) and over all 4 devices, PS, model
-    parallel, uneven shares, a seeded random strategy.
+    `cpu_topology(2, 2)`): DP over the processes (one device each) and over all 4 devices (per-tensor
+    and fused), PS, model parallel, uneven shares, a seeded random strategy.
+
+Fusion check: per model and setup, measured and predicted DP/Horovod step-time ratio (`fusion`).
 
 Runtime (the same for the profile, the communication measurements and the real runs; see
 `tag_tf.sim.local_runtime`): one intra-op thread per process; one inter-op thread in the process that
@@ -103,6 +105,7 @@ def layered_split(analysis, devices) -> "Strategy":
 
 
 def strategies_for(analysis, seed: int) -> list[tuple[str, lm.LocalSetup, object]]:
+    from tag_tf.compiler.fusion import HOROVOD_FUSION_BYTES
     from tag_tf.search.baselines import random_strategy
     from tag_tf.strategy import Option, Strategy
 
@@ -113,6 +116,7 @@ def strategies_for(analysis, seed: int) -> list[tuple[str, lm.LocalSetup, object
         ("1dev", u(G, (0,))),
         ("dp2", u(G, (0, 1))),
         ("dp4", u(G, (0, 1, 2, 3))),
+        ("dp4-fused", u(G, (0, 1, 2, 3), fusion_bytes=HOROVOD_FUSION_BYTES)),
         ("ps2", u(G, (0, 1), Option.PS)),
         ("dup2", u(G, (0, 1), Option.DUPLICATE)),
         ("mp2", u(G, (0, 1), Option.MODEL_PARALLEL)),
@@ -123,6 +127,7 @@ def strategies_for(analysis, seed: int) -> list[tuple[str, lm.LocalSetup, object
     two = [    # devices 0, 1 in process 0; 2, 3 in process 1
         ("2p-dp2", u(G, (0, 2))),
         ("2p-dp4", u(G, (0, 1, 2, 3))),
+        ("2p-dp4-fused", u(G, (0, 1, 2, 3), fusion_bytes=HOROVOD_FUSION_BYTES)),
         ("2p-ps2", u(G, (0, 2), Option.PS)),
         ("2p-mp2", u(G, (0, 2), Option.MODEL_PARALLEL)),
         ("2p-layered2", layered_split(analysis, (0, 2))),
@@ -383,6 +388,7 @@ def main() -> int:
             "per_setup": {s.name: summary([r for r in rows if r["setup"] == s.name], "predicted_s")
                           for s in machines},
         },
+        "fusion": fusion_check(rows),
         "per_model_calibration": {m: {"executor_per_op_us": round(sims[m, ONE_PROCESS][0].per_op_s * 1e6, 3),
                                       "profiled_ops": profile.num_ops,
                                       "single_device_step_ms": {str(b): round(float(t) * 1e3, 3) for b, t in
@@ -402,11 +408,32 @@ def main() -> int:
           f"(plain simulator: MAPE {s['plain_all']['mape']:.1%}, Spearman {s['plain_all']['spearman']:.3f})")
     for k, v in {**s["per_model"], **s["per_setup"]}.items():
         print(f"  {k:<14} n={v['n']:<3} MAPE {v['mape']:.1%}  Spearman {v['spearman']:.3f}")
+    for f in result["fusion"]:
+        print(f"  fusion {f['model']:<12} {f['setup']:<6} DP/Horovod measured {f['measured_ratio']:.3f}, "
+              f"predicted {f['predicted_ratio']:.3f}")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"wrote {args.out} ({result['elapsed_s']} s)")
     return 0
+
+
+def fusion_check(rows: list[dict]) -> list[dict]:
+    """Per model and setup: per-tensor DP step time over fused (Horovod-style) step time, measured
+    and predicted, and whether the prediction has the measured sign (within 3% counts as a tie)."""
+    by = {(r["model"], r["strategy"]): r for r in rows}
+    out = []
+    for (model, name), dp in by.items():
+        fused = by.get((model, f"{name}-fused"))
+        if fused is None:
+            continue
+        measured = dp["measured_s"] / fused["measured_s"]
+        predicted = dp["predicted_s"] / fused["predicted_s"]
+        sign = lambda x: 0 if abs(x - 1) < 0.03 else (1 if x > 1 else -1)
+        out.append({"model": model, "setup": dp["setup"], "dp": name, "measured_ratio": measured,
+                    "predicted_ratio": predicted, "same_direction": sign(measured) == sign(predicted),
+                    "collectives": [dp["conversions"]["allreduce"], fused["conversions"]["allreduce"]]})
+    return out
 
 
 def print_table(rows: list[dict]) -> None:

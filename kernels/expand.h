@@ -18,7 +18,10 @@
 // `emit_collectives` packs the requests into buckets by tag_tf/compiler/fusion.py's rule (same
 // devices, dtype and sync level, production order, at most `fusion_bytes` each), emits per bucket
 // a pack (concat) per device, one collective and an unpack (split) per device, and chains the
-// collectives per device in bucket order (the compiler's control edges).
+// collectives per device in bucket order (the compiler's control edges). Sums on one device (PS)
+// are bucketed by the same rule before the data edges are wired (`plan_sums`, which predicts the
+// compiler's AddN requests from the layouts): each replica packs its pieces, sends one tensor, the
+// packs are added and split on the summing device.
 //
 // Resources: [0, D) device compute queues, [D, 2D) per-device collective streams, [2D, 2D+L) links,
 // [2D+L, 2D+L+H) host executors: virtual CPU devices of one process share its executor threads, so
@@ -157,6 +160,7 @@ class Expander {
     reset();
     if (auto err = build_layouts(s); !err.empty()) return err;
     emit_compute();
+    if (s.fusion_bytes > 0) plan_sums(s.fusion_bytes);
     emit_data_edges();
     emit_control_edges();
     emit_collectives(s.fusion_bytes);
@@ -169,7 +173,7 @@ class Expander {
   int32_t first_task(int32_t op) const { return inst_[op]; }
   // Conversions inserted by the last expansion (to compare with the compiler's counts).
   int32_t num_splits = 0, num_concats = 0, num_addns = 0, num_allreduces = 0, num_transfers = 0, num_zeros = 0,
-          num_allreduce_tensors = 0;
+          num_allreduce_tensors = 0, num_addn_tensors = 0;
 
  private:
   const Prepared& p_;
@@ -185,6 +189,7 @@ class Expander {
   struct PendingEdge { int32_t request, to; bool data; };
   std::vector<PendingEdge> pending_;
   std::unordered_map<int64_t, std::vector<int32_t>> memo_split_;
+  std::unordered_map<int64_t, int32_t> memo_sum_transfer_;   // (tensor, sum device, to) -> transfer
   std::vector<int32_t> last_collective_;
 
   // ---------------------------------------------------------------------------------------
@@ -209,10 +214,12 @@ class Expander {
     memo_addn_.clear();
     memo_allreduce_.clear();
     memo_split_.clear();
+    memo_sum_transfer_.clear();
     request_edge_.clear();
     pending_.clear();
     last_collective_.assign(p_.num_devices, -1);
-    num_splits = num_concats = num_addns = num_allreduces = num_transfers = num_zeros = num_allreduce_tensors = 0;
+    num_splits = num_concats = num_addns = num_allreduces = num_transfers = num_zeros = num_allreduce_tensors =
+        num_addn_tensors = 0;
     for (int32_t d = 0; d < p_.num_devices; ++d) {  // single(d) layouts come first: id = d
       Layout l;
       l.devs = {d};
@@ -390,12 +397,14 @@ class Expander {
   int32_t instance(int32_t op, int32_t j) const { return inst_[op] + j; }
   int32_t host_resource(int32_t host) const { return 2 * p_.num_devices + p_.num_links + host; }
 
-  int32_t transfer(int32_t task, int32_t to, int64_t bytes) {
+  int32_t transfer(int32_t task, int32_t to, int64_t bytes, bool memo = true) {
     const int32_t from = task_device_[task];
     if (from == to || from < 0) return task;
     const int64_t key = static_cast<int64_t>(task) * p_.num_devices + to;
-    auto it = memo_transfer_.find(key);
-    if (it != memo_transfer_.end()) return it->second;
+    if (memo) {
+      auto it = memo_transfer_.find(key);
+      if (it != memo_transfer_.end()) return it->second;
+    }
     const size_t pair = static_cast<size_t>(from) * p_.num_devices + to;
     TaskGraph& g = *g_;
     const double total = p2p_time(from, to, static_cast<double>(bytes));
@@ -434,7 +443,7 @@ class Expander {
     ++num_transfers;
     edge(task, id, true);                 // the bytes part reads the source buffer
     edge(handled, id, false);
-    memo_transfer_.emplace(key, id);
+    if (memo) memo_transfer_.emplace(key, id);
     return id;
   }
 
@@ -480,9 +489,17 @@ class Expander {
           sum = add_task(kAddN, memcpy_time(agg, (P.size() + 1.0) * bytes), agg, src, bytes, {agg});
           for (int32_t part : parts) edge(part, sum, true);
           ++num_addns;
+          ++num_addn_tensors;
           memo_addn_.emplace(akey, sum);
         }
-        return transfer(sum, d, bytes);
+        if (d == agg) return sum;
+        // Per tensor: a fused bucket's unpack task holds several tensors, each sent on its own.
+        const int64_t tkey = akey * p_.num_devices + d;
+        auto tt = memo_sum_transfer_.find(tkey);
+        if (tt != memo_sum_transfer_.end()) return tt->second;
+        const int32_t moved = transfer(sum, d, bytes, /*memo=*/false);
+        memo_sum_transfer_.emplace(tkey, moved);
+        return moved;
       }
       default:
         return -1;   // LOCAL: recomputed where needed, modelled as free
@@ -554,12 +571,65 @@ class Expander {
     return id;
   }
 
-  // Buckets of requests in issue order: tag_tf.compiler.fusion.assign_buckets, line for line.
-  std::vector<std::vector<int32_t>> assign_buckets(int64_t cap) const {
-    const int32_t R = static_cast<int32_t>(request_edge_.size());
-    auto tensor = [&](int32_t r) { return p_.e_tensor[request_edge_[r]]; };
+  // The sums on one device the data edges will ask for (full_on's AddN branch, predicted from the
+  // layouts), bucketed and emitted now; memo_addn_ then hands each tensor its bucket's unpack.
+  void plan_sums(int64_t cap) {
+    std::vector<int32_t> edges, targets;
+    std::unordered_map<int64_t, int32_t> seen;
+    const int32_t E = static_cast<int32_t>(p_.e_src.size());
+    for (int32_t e = 0; e < E; ++e) {
+      const Layout& P = layouts_[op_layout_[p_.e_src[e]]];
+      if (P.mode != kReplicated || p_.e_state[e] != kPartial) continue;
+      const Layout& C = layouts_[op_layout_[p_.e_dst[e]]];
+      const uint8_t need = C.mode == kReplicated ? p_.e_need[e] : kFull;
+      int32_t agg = -1;
+      if (need == kFull) {
+        if (C.mode == kSingle) agg = C.devs[0];
+        else if (!(P.option == kAllReduce && same_set(C.devs, P.devs))) agg = P.devs[0];
+      } else if (need == kSplit || (need == kPartial && P.devs != C.devs)) {
+        agg = C.devs[0];
+      }
+      if (agg < 0) continue;
+      const int64_t key = static_cast<int64_t>(p_.e_tensor[e]) * p_.num_devices + agg;
+      if (seen.emplace(key, e).second) {
+        edges.push_back(e);
+        targets.push_back(agg);
+      }
+    }
+    for (const std::vector<int32_t>& bucket : assign_buckets(edges, targets, cap)) {
+      if (bucket.size() == 1) continue;      // alone: full_on builds the plain AddN
+      const int32_t e0 = edges[bucket[0]], agg = targets[bucket[0]];
+      std::vector<int32_t> devs(layouts_[op_layout_[p_.e_src[e0]]].devs);
+      std::sort(devs.begin(), devs.end());
+      int64_t bytes = 0;
+      for (int32_t r : bucket) bytes += p_.t_bytes[p_.e_tensor[edges[r]]];
+      const int32_t sum = add_task(kAddN, memcpy_time(agg, (devs.size() + 1.0) * bytes), agg, p_.e_src[e0], bytes, {agg});
+      for (int32_t d : devs) {
+        const int32_t pack = add_task(kPack, memcpy_time(d, 2.0 * bytes), d, p_.e_src[e0], bytes, {d});
+        for (int32_t r : bucket) {
+          const int32_t src = p_.e_src[edges[r]];
+          edge(instance(src, layouts_[op_layout_[src]].index_of(d)), pack, true);
+        }
+        edge(transfer(pack, agg, bytes), sum, true);
+      }
+      const int32_t unpack = add_task(kUnpack, memcpy_time(agg, 2.0 * bytes), agg, p_.e_src[e0], bytes, {agg});
+      edge(sum, unpack, true);
+      ++num_addns;
+      for (int32_t r : bucket) {
+        memo_addn_.emplace(static_cast<int64_t>(p_.e_tensor[edges[r]]) * p_.num_devices + agg, unpack);
+        ++num_addn_tensors;
+      }
+    }
+  }
+
+  // Buckets of the reductions of edges[r] onto targets[r] (-2: all replicas), in issue order:
+  // tag_tf.compiler.fusion.assign_buckets, line for line.
+  std::vector<std::vector<int32_t>> assign_buckets(const std::vector<int32_t>& edges,
+                                                   const std::vector<int32_t>& targets, int64_t cap) const {
+    const int32_t R = static_cast<int32_t>(edges.size());
+    auto tensor = [&](int32_t r) { return p_.e_tensor[edges[r]]; };
     auto devices = [&](int32_t r) {
-      std::vector<int32_t> d = layouts_[op_layout_[p_.e_src[request_edge_[r]]]].devs;
+      std::vector<int32_t> d = layouts_[op_layout_[p_.e_src[edges[r]]]].devs;
       std::sort(d.begin(), d.end());
       return d;
     };
@@ -568,7 +638,7 @@ class Expander {
     for (int32_t r = 0; r < R; ++r) order[r] = r;
     std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return order_key(a) < order_key(b); });
     std::vector<std::vector<int32_t>> buckets;
-    struct Open { std::vector<int32_t> devs; int32_t dtype, level; std::vector<int32_t> members; int64_t bytes; };
+    struct Open { std::vector<int32_t> devs; int32_t target, dtype, level; std::vector<int32_t> members; int64_t bytes; };
     std::vector<Open> open;
     for (int32_t r : order) {
       const int32_t t = tensor(r);
@@ -579,9 +649,9 @@ class Expander {
       const std::vector<int32_t> devs = devices(r);
       Open* b = nullptr;
       for (Open& o : open)
-        if (o.dtype == p_.t_dtype[t] && o.level == p_.t_level[t] && o.devs == devs) b = &o;
+        if (o.target == targets[r] && o.dtype == p_.t_dtype[t] && o.level == p_.t_level[t] && o.devs == devs) b = &o;
       if (!b) {
-        open.push_back({devs, p_.t_dtype[t], p_.t_level[t], {}, 0});
+        open.push_back({devs, targets[r], p_.t_dtype[t], p_.t_level[t], {}, 0});
         b = &open.back();
       }
       if (!b->members.empty() && b->bytes + p_.t_bytes[t] > cap) {
@@ -605,7 +675,8 @@ class Expander {
     if (request_edge_.empty()) return;
     // result[r][d]: the task after which request r's reduced value is on device d.
     std::vector<std::vector<int32_t>> result(request_edge_.size());
-    for (const std::vector<int32_t>& bucket : assign_buckets(cap)) {
+    const std::vector<int32_t> all(request_edge_.size(), -2);
+    for (const std::vector<int32_t>& bucket : assign_buckets(request_edge_, all, cap)) {
       const int32_t e0 = request_edge_[bucket[0]];
       const Layout& P0 = layouts_[op_layout_[p_.e_src[e0]]];
       std::vector<int32_t> devs(P0.devs);

@@ -294,6 +294,7 @@ class Simulator {
     conv["split"] = expander_.num_splits;
     conv["concat"] = expander_.num_concats;
     conv["addn"] = expander_.num_addns;
+    conv["addn_tensors"] = expander_.num_addn_tensors;
     conv["allreduce"] = expander_.num_allreduces;
     conv["allreduce_tensors"] = expander_.num_allreduce_tensors;
     conv["transfer"] = expander_.num_transfers;

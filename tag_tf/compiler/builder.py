@@ -57,6 +57,8 @@ class GraphBuilder:
         # All-reduces requested while emitting: (memo key, reserved output names per replica).
         self._pending: list[tuple[tuple, list[str]]] = []
         self._buckets: list[list[tuple]] = []        # memo keys per emitted collective
+        self._pending_sums: list[tuple[tuple, list[str]]] = []   # AddN on one device, fused
+        self._sum_buckets: list[list[tuple]] = []    # memo keys per fused AddN (2+ members)
         self._collectives_done = False
         self._flat_shapes: dict[str, str] = {}          # device -> Const [-1]
         # Who needs each memoised conversion: "training" (an op of the training step), "other" (ops
@@ -224,9 +226,42 @@ class GraphBuilder:
                              self.devices[device]) + ":0"
 
     def _add_n(self, ref: TensorRef, device: int) -> str:
+        """ref's replicas summed on `device`. With fusion, the training step's sums are deferred
+        like all-reduces: they are packed per (replicas, device) into buckets by `_emit_collectives`."""
+        if self.fusion_bytes and self._emitting_training and not self._recompute_depth and not self._collectives_done:
+            name = self.f.unique(f"tag/sum/{ref.op}")
+            self._pending_sums.append((("addn", ref, device), [name]))
+            return name + ":0"
         play = self.placement.of(ref.op)
         pieces = [self.out(ref, k) for k in range(play.size)]
         return self.f.add_n(f"tag/sum/{ref.op}", pieces, self._dtype(ref), self.devices[device]) + ":0"
+
+    def _emit_sum_bucket(self, members: list[tuple[tuple, list[str]]], target: int) -> None:
+        """Members' replicas summed on `target`: each replica packs its pieces into one tensor (one
+        transfer per bucket instead of one per gradient), the packs are added and split back."""
+        refs = [key[1] for key, _ in members]
+        dtype = self._dtype(refs[0])
+        device = self.devices[target]
+        if len(members) == 1:
+            pieces = [self.out(refs[0], k) for k in range(self.placement.of(refs[0].op).size)]
+            self.f.add_n(members[0][1][0], pieces, dtype, device, unique=False)
+            return
+        self._sum_buckets.append([key for key, _ in members])
+        base = f"tag/fused_sum/{len(self._sum_buckets)}"
+        packs = []
+        for d in sorted(self.placement.of(refs[0].op).devices):
+            values = [self.out(r, self.placement.of(r.op).devices.index(d)) for r in refs]
+            packs.append(self._pack(f"{base}/d{d}", values, dtype, self.devices[d]))
+        total = self.f.add_n(f"{base}/sum", packs, dtype, device)
+        self._unpack(list(zip(refs, (names[0] for _, names in members))), total + ":0", dtype, device)
+
+    def _pack(self, base: str, values: list[str], dtype: str, device: str) -> str:
+        """One flat tensor holding `values` (all on `device`) back to back."""
+        flat_shape = self._flat_shapes.get(device) or self._flat_shapes.setdefault(
+            device, self.f.const("tag/flat_shape", [-1], "int32", device))
+        flat = [self.f.node(f"{base}/flat", "Reshape", [v, flat_shape], device,
+                            T=("type", dtype), Tshape=("type", "int32")) for v in values]
+        return self.f.concat(f"{base}/pack", flat, 0, dtype, device) + ":0"
 
     def _all_reduce(self, ref: TensorRef) -> list[str]:
         """Per replica, the name of ref's all-reduced value. Until every op is emitted this only
@@ -247,7 +282,10 @@ class GraphBuilder:
         requests = [facts.request(key[1], self.placement.of(key[1].op).devices) for key, _ in self._pending]
         for members in assign_buckets(requests, self.fusion_bytes):
             self._emit_bucket([self._pending[i] for i in members])
-        self._pending = []
+        sums = [facts.request(key[1], self.placement.of(key[1].op).devices, key[2]) for key, _ in self._pending_sums]
+        for members in assign_buckets(sums, self.fusion_bytes):
+            self._emit_sum_bucket([self._pending_sums[i] for i in members], sums[members[0]].target)
+        self._pending, self._pending_sums = [], []
         self._collectives_done = True
 
     def _emit_bucket(self, members: list[tuple[tuple, list[str]]]) -> None:
@@ -270,11 +308,7 @@ class GraphBuilder:
             values = [self.out(key[1], j) for (key, _), j in zip(members, at)]
             if fused:
                 base = f"tag/fused/b{self._instance_key}/d{d}"
-                flat_shape = self._flat_shapes.get(device) or self._flat_shapes.setdefault(
-                    device, self.f.const("tag/flat_shape", [-1], "int32", device))
-                flat = [self.f.node(f"{base}/flat", "Reshape", [v, flat_shape], device,
-                                    T=("type", dtype), Tshape=("type", "int32")) for v in values]
-                value, name = self.f.concat(f"{base}/pack", flat, 0, dtype, device) + ":0", self.f.unique(f"{base}/sum")
+                value, name = self._pack(base, values, dtype, device), self.f.unique(f"{base}/sum")
             else:
                 value, name = values[0], members[0][1][at[0]]
             prev = self._last_collective.get(d)
@@ -507,6 +541,9 @@ class GraphBuilder:
                 else:
                     out["other_conversions"] += 1
         out["allreduce"] = sum(any(self._origin.get(k) == "training" for k in b) for b in self._buckets)
+        # A fused sum is one AddN for all its members.
+        out["addn_tensors"] = out["addn"]
+        out["addn"] -= sum(sum(self._origin.get(k) == "training" for k in b) - 1 for b in self._sum_buckets)
         return out
 
     def _dtype(self, ref: TensorRef) -> str:

@@ -2,9 +2,12 @@
 
 Horovod's Tensor Fusion and PyTorch DDP's buckets pack many small gradients into one buffer so that
 a model with hundreds of variables pays a collective's fixed latency a few times, not hundreds. We
-decide buckets statically, once the compiler knows every tensor it all-reduces:
+decide buckets statically, once the compiler knows every tensor it reduces — all-reduced among the
+replicas, or summed on one device (a parameter server: each replica then sends one packed tensor
+per bucket instead of one per gradient):
 
-- members share a device set, a dtype and a *sync level* (below), and have a static shape;
+- members share a device set, a target (all the replicas, or the device that sums), a dtype and a
+  *sync level* (below), and have a static shape;
 - they are taken in production order (the backward pass's topological order), so the first bucket
   closes early and its collective overlaps the rest of the backward pass;
 - a bucket closes before it would exceed the strategy's `fusion_bytes` (one tensor larger than the
@@ -12,9 +15,9 @@ decide buckets statically, once the compiler knows every tensor it all-reduces:
 - collectives are issued in (level, last member) order on every device: the global order that keeps
   rings from deadlocking.
 
-Sync level: the number of partial-to-whole conversions on any path into a tensor's producer. A
-tensor can only depend on the all-reduce of a tensor of a lower level, so a bucket (one level) never
-waits for its own result, and ordering by level never makes a collective wait for a later one.
+Sync level: the number of possible reductions of partial sums on any path into a tensor's producer
+(`sync_levels`). A tensor can only depend on the reduction of a tensor of a lower level, so a bucket (one level) never waits for
+its own result, and ordering by level never makes a collective wait for a later one.
 
 The simulator's native expander (kernels/expand.h, `FusionPlanner`) applies the same rule to the
 facts `fusion_facts` gives it; tests/sim/test_simulator.py checks both insert the same collectives.
@@ -26,14 +29,16 @@ from typing import Mapping, Sequence
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.states import Kind
+from tag_tf.compiler.placement import ColocationSets
 from tag_tf.ir import TensorRef
 
 HOROVOD_FUSION_BYTES = 64 * 2**20   # Horovod's default fusion buffer (HOROVOD_FUSION_THRESHOLD)
+ALL_REPLICAS = -2                    # Request.target of an all-reduce (>= 0: the device that sums)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Request:
-    """One tensor to all-reduce over `devices`."""
+    """One tensor to reduce over `devices`: all-reduce, or sum on device `target`."""
 
     devices: tuple[int, ...]       # sorted
     dtype: str
@@ -41,6 +46,7 @@ class Request:
     rank: tuple[int, int, int]     # production order: (planned op, op in graph order, output)
     nbytes: int
     fusable: bool                  # static shape: it can be flattened into a bucket and back
+    target: int = ALL_REPLICAS
 
 
 class FusionFacts:
@@ -71,26 +77,33 @@ class FusionFacts:
         return (info.shape is not None and all(d >= 0 for d in info.shape) and (info.nbytes or 0) > 0
                 and not self._batch.of(ref).batched)
 
-    def request(self, ref: TensorRef, devices: Sequence[int]) -> Request:
+    def request(self, ref: TensorRef, devices: Sequence[int], target: int = ALL_REPLICAS) -> Request:
         return Request(tuple(sorted(devices)), self._graph.tensor(ref).base_dtype, self.level(ref),
-                       self.rank(ref), self.nbytes(ref), self.fusable(ref))
+                       self.rank(ref), self.nbytes(ref), self.fusable(ref), target)
 
 
 def sync_levels(analysis: Analysis) -> Mapping[str, int]:
-    """Per op: the most partial-to-whole conversions (potential all-reduces) on a path into it,
-    control dependencies included. Conservative: it assumes every such edge may become one."""
+    """Per op: the most reductions of partial sums on a path into it, control dependencies
+    included. Strategy-independent and conservative: a read of a partial sum counts unless it
+    stays partial inside one op group away from the variables (the only case no strategy reduces:
+    the consumer then shares the producer's replicas)."""
     graph = analysis.graph
     ann = analysis.annotations
+    group_of = analysis.grouping.group_of
+    coloc = ColocationSets(analysis)
     level: dict[str, int] = {}
     for name in graph.order:
         op = graph.op(name)
         requires = ann[name].requires
+        group = group_of.get(name)
+        on_server = coloc.with_variable(name)     # a PS group places it on the parameter server
         best = 0
         for i, ref in enumerate(op.inputs):
             outs = ann[ref.op].outputs
             partial = ref.index < len(outs) and outs[ref.index].kind is Kind.PARTIAL
-            converts = partial and (i >= len(requires) or requires[i].kind is not Kind.PARTIAL)
-            best = max(best, level[ref.op] + (1 if converts else 0))
+            stays = (i < len(requires) and requires[i].kind is Kind.PARTIAL and group is not None
+                     and group_of.get(ref.op) == group and not on_server)
+            best = max(best, level[ref.op] + (1 if partial and not stays else 0))
         for c in op.control_inputs:
             best = max(best, level[c])
         level[name] = best
@@ -108,7 +121,7 @@ def assign_buckets(requests: Sequence[Request], fusion_bytes: int | None) -> lis
         if cap <= 0 or not r.fusable:
             buckets.append([i])
             continue
-        key = (r.devices, r.dtype, r.level)
+        key = (r.devices, r.target, r.dtype, r.level)
         members, size = open_.get(key, ([], 0))
         if members and size + r.nbytes > cap:
             buckets.append(members)
@@ -121,4 +134,4 @@ def assign_buckets(requests: Sequence[Request], fusion_bytes: int | None) -> lis
     return buckets
 
 
-__all__ = ["HOROVOD_FUSION_BYTES", "FusionFacts", "Request", "assign_buckets", "sync_levels"]
+__all__ = ["ALL_REPLICAS", "HOROVOD_FUSION_BYTES", "FusionFacts", "Request", "assign_buckets", "sync_levels"]

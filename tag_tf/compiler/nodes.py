@@ -87,10 +87,11 @@ class NodeFactory:
     def slice(self, base: str, value: str, begin: str, size: str, dtype: str, device: str) -> str:
         return self.node(base, "Slice", [value, begin, size], device, T=("type", dtype), Index=("type", "int32"))
 
-    def add_n(self, base: str, values: Sequence[str], dtype: str, device: str) -> str:
+    def add_n(self, base: str, values: Sequence[str], dtype: str, device: str, *, unique: bool = True) -> str:
         if len(values) == 1:
-            return self.node(base, "Identity", list(values), device, T=("type", dtype))
-        return self.node(base, "AddN", list(values), device, N=("int", len(values)), T=("type", dtype))
+            return self.node(base, "Identity", list(values), device, unique=unique, T=("type", dtype))
+        return self.node(base, "AddN", list(values), device, unique=unique, N=("int", len(values)),
+                         T=("type", dtype))
 
     def binary(self, base: str, op: str, x: str, y: str, dtype: str, device: str) -> str:
         return self.node(base, op, [x, y], device, T=("type", dtype))

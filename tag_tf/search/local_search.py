@@ -2,7 +2,7 @@
 
 Until the GNN-guided MCTS lands this is the planner behind `strategy="auto"`. It simulates every
 fixed baseline (DP-NCCL, DP-NCCL-P, Horovod, Horovod-P), runs the HeteroG baseline's search for part
-of the budget, and starts from the best of them. Then, group by group in descending compute order
+of the budget, and starts from the best of them or of uniform plans over fewer devices. Then, group by group in descending compute order
 (the paper's MCTS order) and block by block (coupled groups), it tries each candidate placement —
 all devices, the devices of the k fastest GPU types, each machine's device group — with AllReduce
 and PS synchronisation, keeping any change that lowers the simulated iteration time, and finally
@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tag_tf.search.baselines import BASELINES, baseline
+from tag_tf.search.baselines import BASELINES, baseline, device_capacities
 from tag_tf.search.heterog import heterog_search
 from tag_tf.search.moves import (Deadline, Evaluator, candidate_device_sets, coupled_blocks, improve,
                                  tune_fusion)
@@ -85,18 +85,20 @@ def local_search(sim: Any, topology: Any, *, budget_s: float = 30.0, max_passes:
     current, best = starts[best_name], times[best_name]
     candidates = [GroupPlan(devices, option) for devices in candidate_device_sets(topology)
                   for option in (Option.ALLREDUCE, Option.PS) if len(devices) > 1 or option is Option.ALLREDUCE]
-    if not np.isfinite(best):
-        # No baseline fits (out of memory, or fewer samples than devices): start from the best
-        # uniform plan over a smaller device set instead.
-        shape = fixed["horovod-p"]
-        for plan in candidates:
-            start = dataclasses.replace(shape, groups=(plan,) * n_groups)
-            t = cost(start)
-            if t < best:
-                best, current = t, start
+    # Uniform plans over fewer devices (the fastest GPU type, one machine, the fastest GPU) also
+    # start: a small model can run faster without the slow network at all, and when no baseline
+    # fits (out of memory, fewer samples than devices) they are the only starts.
+    fastest = int(np.argmax(device_capacities(topology)))
+    deadline = Deadline(start_time + budget_s)
+    for plan in [*candidates, GroupPlan((fastest,), Option.ALLREDUCE)]:
+        if np.isfinite(best) and time.perf_counter() > deadline.end:
+            break
+        start = dataclasses.replace(fixed["horovod-p"], groups=(plan,) * n_groups)
+        t = cost(start)
+        if t < best * (1 - 1e-6):
+            best, current = t, start
     order = np.argsort([-g.compute for g in sim.analysis.grouping.groups], kind="stable")
     moves = [(int(g),) for g in order] + (coupled_blocks(sim.prepared, n_groups) if blocks else [])
-    deadline = Deadline(start_time + budget_s)
     current, best, improved = improve(cost, current, best, candidates, moves, deadline,
                                       max_passes=max_passes, progress=progress)
     current, best = tune_fusion(cost, current, best, deadline)

@@ -34,14 +34,25 @@ def test_bucket_rule_caps_separates_and_orders():
     assert buckets == [[4], [5], [6], [0, 1, 2, 3, 8], [7]]    # issued when their last member is ready
 
 
-def test_sync_levels_count_partial_to_whole_conversions():
-    _, a = analysis_of("mlp")
+def test_sync_levels_rise_after_every_possible_reduction():
+    from tag_tf.compiler.placement import ColocationSets
+
+    _, a = analysis_of("transformer")
     levels = sync_levels(a)
-    grads = [op for op in a.graph.order if a.annotations[op].outputs
-             and a.annotations[op].outputs[0].kind.value == "partial"]
-    assert grads and {levels[op] for op in grads} == {0}      # gradients: before any all-reduce
-    train_op = a.graph.meta.train_op
-    assert levels[train_op] >= 1                              # after them
+    coloc = ColocationSets(a)
+    partial = {op for op in a.graph.order if any(s.kind.value == "partial" for s in a.annotations[op].outputs)}
+    assert partial and min(levels[op] for op in partial) == 0     # the first weight gradients
+    rises = 0
+    for op in a.graph.order:
+        requires = a.annotations[op].requires
+        for i, ref in enumerate(a.graph.op(op).inputs):
+            if ref.op not in partial:
+                continue
+            kept = (requires[i].kind.value == "partial" and a.grouping.group_of.get(op) == a.grouping.group_of.get(ref.op)
+                    and not coloc.with_variable(op))
+            assert levels[op] >= levels[ref.op] + (0 if kept else 1), (ref.op, op)
+            rises += not kept
+    assert rises > 0 and levels[a.graph.meta.train_op] >= 1
 
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer", "bert-small"])
@@ -80,3 +91,39 @@ def test_fused_collectives_are_one_per_bucket_and_chained():
     for chain in by_device.values():
         for prev, node in zip(chain, chain[1:]):
             assert f"^{prev.name}" in node.input
+
+
+@pytest.mark.parametrize("name", ["transformer", "bert-small"])
+def test_parameter_servers_receive_one_packed_tensor_per_bucket(name):
+    """PS: each replica packs its gradients per server; the simulator packs the same sums."""
+    from tag_tf.sim.simulator import Simulator
+
+    _, a = analysis_of(name)
+    n = len(a.grouping.groups)
+    per_tensor = Strategy.uniform(n, (0, 1, 2, 3), Option.PS, shares=(1.0, 2.0, 1.0, 1.0))
+    fused = dataclasses.replace(per_tensor, fusion_bytes=HOROVOD_FUSION_BYTES)
+    compiled, _ = verify(name, fused, 4)
+    plain = compile_strategy(PassContext(), a, per_tensor, DeviceMap.local_cpus(4))
+    assert compiled.stats["addn_tensors"] == plain.stats["addn_tensors"] == plain.stats["addn"]
+    assert 4 * compiled.stats["addn"] < plain.stats["addn"]      # a few per server, not one per gradient
+    sim = Simulator(a, load_topology("local:4"))
+    for strategy, stats in ((fused, compiled.stats), (per_tensor, plain.stats)):
+        conv = sim.simulate(strategy).conversions
+        assert {k: conv[k] for k in ("addn", "addn_tensors", "concat", "split")} == \
+               {k: stats[k] for k in ("addn", "addn_tensors", "concat", "split")}
+
+
+def test_sparse_gradients_are_gathered_not_fused():
+    """Embedding gradients (IndexedSlices: indices + values rows) are split along the lookups, so
+    they are gathered (Concat) where the sparse update runs; buckets only ever hold dense partial
+    sums, so nothing is densified."""
+    _, a = analysis_of("bert-small", sparse_grads=True)
+    n = len(a.grouping.groups)
+    strategy = Strategy.uniform(n, (0, 1, 2), Option.ALLREDUCE, fusion_bytes=HOROVOD_FUSION_BYTES)
+    compiled, _ = verify("bert-small", strategy, 3, sparse_grads=True)
+    assert compiled.stats["concat"] > 0
+    fused_inputs = {i.split(":")[0] for node in compiled.graph_def.node if node.name.endswith("/flat")
+                    for i in node.input}
+    scatter_inputs = {i.split(":")[0] for node in compiled.graph_def.node if node.op == "ResourceScatterAdd"
+                      for i in node.input}
+    assert fused_inputs and not fused_inputs & scatter_inputs

@@ -126,7 +126,7 @@ def test_fused_buckets_match_the_compiler_and_cut_collectives(name):
     per_tensor = sim.simulate(baseline("dp", sim.num_groups, topo)).conversions
     fused = sim.simulate(baseline("horovod", sim.num_groups, topo)).conversions
     assert fused["allreduce_tensors"] == per_tensor["allreduce_tensors"] == per_tensor["allreduce"] > 10
-    assert fused["allreduce"] <= 3
+    assert 5 * fused["allreduce"] < per_tensor["allreduce"]
 
 
 def test_horovod_beats_per_tensor_dp_on_latency_bound_models():
