@@ -64,8 +64,9 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
                budget_s: float | None = None, verify: bool = False) -> "Distribution | Callable":
     """Train the TF1 code run inside this context (or decorated function) distributed.
 
-    strategy: "auto" (the best plan the planner gives), "dp", "dp-p" (batch shares proportional to
-        device capacity), a `tag_tf.strategy.Strategy`, or the path of a strategy JSON file.
+    strategy: "auto" (the best plan the planner gives), a baseline ("dp", "dp-p" with batch shares
+        proportional to device capacity, "horovod" and "horovod-p" with fused gradient buckets,
+        "heterog"), a `tag_tf.strategy.Strategy`, or the path of a strategy JSON file.
     topology: a preset name ("local:4", "testbed", ...), a topology file or dict, or a Topology;
         default: this machine (its GPUs, else 4 virtual CPU devices).
     cluster: a cluster file (or ClusterSpec): run on those `tag-tf server`s, task i = machine i.
