@@ -51,7 +51,7 @@ def run(args) -> int:
         print()
         return 0
     best = result.best_baseline
-    speedup = "n/a" if best is None else f"{result.speedup_over_best_baseline:.2f}x over {best}"
+    speedup = "no baseline runs here" if best is None else f"{result.speedup_over_best_baseline:.2f}x over {best}"
     print(f"{loaded.source} on {topology.name}: {result.iteration_time_s * 1e3:.2f} ms per iteration "
           f"(simulated), {speedup}; compute lower bound {sim.lower_bound_s() * 1e3:.2f} ms "
           f"({result.evaluations} strategies in {result.seconds:.1f} s)")

@@ -84,7 +84,8 @@ def run(args) -> int:
                     raise spec.explain(e) from None
                 raise
     out = {"model": loaded.source, **result.to_dict(), "processes": args.processes,
-           "strategy": args.strategy, "seed": args.seed, "groups": len(analysis.grouping.groups),
+           "strategy": args.strategy, "fusion_bytes": strategy.fusion_bytes, "seed": args.seed,
+           "groups": len(analysis.grouping.groups),
            "compile": dict(compiled.stats), "seconds": round(time.perf_counter() - start, 2),
            "timers": ctx.timing_report()}
     if args.json:
