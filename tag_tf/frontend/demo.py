@@ -73,7 +73,7 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     say(f"2. plan for {cluster} - SIMULATED (no GPUs here: op times from the analytical GPU cost model "
         f"with datasheet constants, transfers from the topology's bandwidths):")
     for name, ms in times.items():
-        say(f"     {name:<18} {ms:9.2f} ms per iteration")
+        say(f"     {name:<22} {ms:9.2f} ms per iteration")
     say(f"     compute lower bound: {sim.lower_bound_s() * 1e3:.2f} ms")
     say(f"     predicted speed-up over DP: {result.speedup_over_dp:.2f}x, over the best baseline "
         f"({result.best_baseline}): {result.speedup_over_best_baseline:.2f}x  "
