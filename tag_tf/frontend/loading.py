@@ -86,6 +86,35 @@ def strategy_from_spec(spec: str, analysis: Analysis, topology: Any, *, seed: in
 
 
 STRATEGY_HELP = "dp | dp-p | horovod | horovod-p | heterog | random | a strategy JSON file"
+FUSION_HELP = ("gradient buckets: 'none' (one reduction per tensor), a size such as 64MiB, or 'auto' (the "
+               "size that simulates fastest); default: what the strategy says")
+
+
+def with_fusion(strategy: Any, spec: str | None, analysis: Analysis, topology: Any) -> Any:
+    """`--fusion`: override the strategy's gradient bucket cap."""
+    import dataclasses
+
+    from tag_tf.errors import TagError
+
+    if spec is None:
+        return strategy
+    if spec == "none":
+        return dataclasses.replace(strategy, fusion_bytes=None)
+    if spec == "auto":
+        from tag_tf.search.moves import Deadline, Evaluator, tune_fusion
+        from tag_tf.sim.simulator import Simulator
+
+        cost = Evaluator(Simulator(analysis, topology))
+        return tune_fusion(cost, strategy, cost(strategy), Deadline.after(60.0))[0]
+    from tag_tf.topology.units import parse_size
+
+    try:
+        size = int(parse_size(spec, 1))
+    except (ValueError, TypeError) as e:
+        raise TagError(f"--fusion {spec!r}: expected none, auto or a size such as 64MiB ({e})") from None
+    if size <= 0:
+        raise TagError(f"--fusion {spec!r}: the bucket size must be positive")
+    return dataclasses.replace(strategy, fusion_bytes=size)
 
 
 def analysis_for(loaded: Loaded, args: argparse.Namespace, ctx: PassContext | None = None) -> Analysis:
@@ -95,4 +124,4 @@ def analysis_for(loaded: Loaded, args: argparse.Namespace, ctx: PassContext | No
     return analyze(ctx, loaded.graph, rebuild=loaded.rebuild)
 
 
-__all__ = ["Loaded", "STRATEGY_HELP", "add_model_args", "load", "analysis_for", "model_ir", "strategy_from_spec"]
+__all__ = ["FUSION_HELP", "Loaded", "STRATEGY_HELP", "with_fusion", "add_model_args", "load", "analysis_for", "model_ir", "strategy_from_spec"]

@@ -38,6 +38,7 @@ def test_analyze_own_graph_file(capsys, tmp_path):
     (["analyze", "--graph", "/nonexistent/g.pb", "--json"], "no such graph file"),
     (["simulate", "--model", "mlp", "--tiny", "--topology", "nowhere.yaml"], "nowhere.yaml"),
     (["verify", "--model", "mlp", "--tiny", "--devices", "3", "--processes", "2"], "multiple of --processes"),
+    (["simulate", "--model", "mlp", "--tiny", "--topology", "local:2", "--fusion", "lots"], "--fusion 'lots'"),
 ])
 def test_bad_input_exits_with_one_line(capsys, argv, message):
     code = main(argv)
@@ -66,6 +67,29 @@ def test_plan_then_simulate_the_plan(capsys, tmp_path):
     code, sim, _ = run_json(capsys, "simulate", "--model", "mlp", "--tiny", "--batch", "32", "--topology", "testbed",
                             "--strategy", str(plan_file), "--json")
     assert code == 0 and sim["iteration_time_s"] == pytest.approx(out["iteration_time_s"])
+    for key in ("baselines_s", "best_baseline", "speedup_over_best_baseline", "lower_bound_s"):
+        assert key in out
+    assert set(out["baselines_s"]) == {"dp", "dp-p", "horovod", "horovod-p", "heterog"}
+    assert out["iteration_time_s"] <= min(out["baselines_s"].values()) and 0 < sim["lower_bound_s"]
+
+
+def test_simulate_baselines_and_fusion_caps(capsys):
+    args = ("simulate", "--model", "transformer", "--tiny", "--batch", "32", "--topology", "testbed", "--json")
+    runs = {}
+    for extra in (("--strategy", "dp"), ("--strategy", "horovod"), ("--strategy", "horovod", "--fusion", "none"),
+                  ("--strategy", "dp", "--fusion", "1MiB"), ("--strategy", "dp", "--fusion", "auto"),
+                  ("--strategy", "heterog")):
+        code, out, err = run_json(capsys, *args, *extra)
+        assert code == 0, err
+        runs[extra] = out
+    dp, hvd = runs[("--strategy", "dp")], runs[("--strategy", "horovod")]
+    assert hvd["fusion_bytes"] == 64 * 2**20 and dp["fusion_bytes"] is None
+    assert hvd["conversions"]["allreduce"] < dp["conversions"]["allreduce"] == dp["conversions"]["allreduce_tensors"]
+    assert runs[("--strategy", "horovod", "--fusion", "none")]["iteration_time_s"] == dp["iteration_time_s"]
+    assert runs[("--strategy", "dp", "--fusion", "1MiB")]["fusion_bytes"] == 2**20
+    best = runs[("--strategy", "dp", "--fusion", "auto")]["iteration_time_s"]
+    assert best <= min(dp["iteration_time_s"], hvd["iteration_time_s"])
+    assert runs[("--strategy", "heterog")]["iteration_time_s"] <= hvd["iteration_time_s"]
 
 
 def test_verify_json(capsys):

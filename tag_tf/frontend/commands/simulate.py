@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
-from tag_tf.frontend.loading import STRATEGY_HELP, add_model_args, analysis_for, load, strategy_from_spec
+from tag_tf.frontend.loading import (FUSION_HELP, STRATEGY_HELP, add_model_args, analysis_for, load,
+                                     strategy_from_spec, with_fusion)
 
 
 def register(sub) -> None:
@@ -12,6 +13,7 @@ def register(sub) -> None:
     add_model_args(p)
     p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED) or file")
     p.add_argument("--strategy", default="dp", help=STRATEGY_HELP)
+    p.add_argument("--fusion", help=FUSION_HELP)
     p.add_argument("--groups", type=int, default=60)
     p.add_argument("--trace", help="write a Chrome/Perfetto trace of the simulated iteration here")
     p.add_argument("--gantt", help="write a Gantt chart PNG of the simulated iteration here")
@@ -29,6 +31,7 @@ def run(args) -> int:
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
     strategy = strategy_from_spec(args.strategy, analysis, topology)
+    strategy = with_fusion(strategy, args.fusion, analysis, topology)
     with ctx.timer("simulate/prepare"):
         sim = Simulator(analysis, topology)
     detail = bool(args.trace or args.gantt)

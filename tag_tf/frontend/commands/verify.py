@@ -9,7 +9,8 @@ import time
 import numpy as np
 
 from tag_tf.errors import TagError
-from tag_tf.frontend.loading import STRATEGY_HELP, add_model_args, analysis_for, load, strategy_from_spec
+from tag_tf.frontend.loading import (FUSION_HELP, STRATEGY_HELP, add_model_args, analysis_for, load,
+                                     strategy_from_spec, with_fusion)
 
 
 def register(sub) -> None:
@@ -19,6 +20,7 @@ def register(sub) -> None:
     p.add_argument("--processes", type=int, default=1,
                    help="server processes on 127.0.0.1 (devices are spread evenly over them)")
     p.add_argument("--strategy", default="dp", help=STRATEGY_HELP)
+    p.add_argument("--fusion", help=FUSION_HELP)
     p.add_argument("--shares", help="per-device batch shares, e.g. 1,2,3 (uneven split)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
@@ -59,6 +61,7 @@ def run(args) -> int:
     topology = cpu_topology(args.processes, per)
     # A plan file made for `local:N` (tag-tf plan, tag_tf.distribute) runs on these devices too.
     strategy = strategy_from_spec(args.strategy, analysis, topology, seed=args.seed, check_topology=False)
+    strategy = with_fusion(strategy, args.fusion, analysis, topology)
     shares = parse_shares(args.shares, args.devices)
     if shares is not None:
         strategy = dataclasses.replace(strategy, shares=tuple(shares))
