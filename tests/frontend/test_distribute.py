@@ -192,6 +192,17 @@ def test_plan_cache_hit_on_second_run(cache, monkeypatch):
     assert len(files) == 1 and json.load(open(os.path.join(cache, "plans", files[0])))["request"] == "auto"
 
 
+@pytest.mark.parametrize("name", ["horovod", "horovod-p", "heterog"])
+def test_named_baselines_train_like_plain(cache, name):
+    plain = train_with_session(Model(), 2)
+    with dist(cache, strategy=name, topology="local:3", budget_s=2.0) as d:
+        losses = train_with_session(Model(), 2)
+    np.testing.assert_allclose(losses, plain, rtol=RTOL)
+    assert d.plans[0].strategy.name == name and d.plans[0].request == name
+    if name.startswith("horovod"):
+        assert d.plans[0].strategy.fusion_bytes == 64 * 2**20
+
+
 def test_given_strategy_file_and_object(cache, tmp_path):
     from tag_tf.strategy import Strategy
 
