@@ -557,7 +557,17 @@ class GraphBuilder:
         ref = TensorRef.parse(name)
         if ref.op not in self.graph:
             raise CompileError(f"cannot fetch {name!r}: no such op in the graph")
-        return self.full_on(ref, HOST, single(HOST))
+        value = self.full_on(ref, HOST, single(HOST))
+        if self.placement.of(ref.op).size == 1 or self.state_of(ref).kind is not Kind.FULL:
+            return value
+        # One replica's copy holds the whole value, but every replica must run: their control
+        # dependencies (e.g. `train_op = with_dependencies([updates], loss)`) reach collectives that
+        # wait for all members, and a fetch pulling in one replica alone would wait forever.
+        def all_replicas() -> str:
+            others = [i for i in self.instances[ref.op] if i != value.rpartition(":")[0]]
+            return self.f.node(f"tag/fetch/{ref.op}", "Identity", [value], self.devices[HOST], control=others,
+                               T=("type", self._dtype(ref))) + ":0"
+        return self._memo_get(("fetch_all", ref), all_replicas)
 
     def fetch_op(self, name: str) -> str:
         """An op that runs every instance of the original op."""
