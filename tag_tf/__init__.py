@@ -39,7 +39,15 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+# Submodules users reach as attributes (`tag_tf.estimator.distributed(...)`), also imported on first use.
+_SUBMODULES = frozenset({"estimator", "errors", "models"})
+
+
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        value = importlib.import_module(f"tag_tf.{name}")
+        globals()[name] = value
+        return value
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tag_tf' has no attribute {name!r}")
@@ -49,4 +57,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return __all__
+    return sorted(set(__all__) | _SUBMODULES)

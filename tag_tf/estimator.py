@@ -18,13 +18,14 @@ from tag_tf.frontend.distribute import distribute
 
 
 def distributed(estimator: Any, strategy: Any = "auto", topology: Any = None, cluster: Any = None,
-                cache_dir: str | None = None, budget_s: float | None = None, verify: bool = False) -> Any:
+                cache_dir: str | None = None, budget_s: float | None = None, verify: bool = False,
+                exact_batch_stats: bool = False, fallback: str = "error") -> Any:
     """A copy of `estimator` whose `train` runs under `tag_tf.distribute(strategy, topology, ...)`.
 
     The copy is an instance of a subclass of the estimator's own class (so `isinstance` checks, e.g.
     in `train_and_evaluate`, still pass) sharing its configuration, model_fn and model_dir."""
     options = dict(strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir,
-                   budget_s=budget_s, verify=verify)
+                   budget_s=budget_s, verify=verify, exact_batch_stats=exact_batch_stats, fallback=fallback)
     base = type(estimator)
 
     def train(self: Any, *args: Any, **kwargs: Any) -> Any:

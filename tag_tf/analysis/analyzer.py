@@ -7,6 +7,7 @@ at most `options.num_groups` groups.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -18,7 +19,11 @@ from tag_tf.analysis.simplify import PlanningGraph, simplify, training_ops
 from tag_tf.analysis.states import OpAnnotation
 from tag_tf.context import PassContext
 from tag_tf.errors import GraphError
-from tag_tf.ir import Graph, TensorRef, from_graph_def
+from tag_tf.ir import Graph, TensorInfo, TensorRef, from_graph_def
+from tag_tf.ir import opsets
+from tag_tf.ir.importer import measure_shapes
+
+log = logging.getLogger("tag_tf.analysis")
 
 DEFAULT_DYNAMIC_BATCH = 32
 REFERENCE_DEVICE = "V100-32GB"   # compute weights for grouping are estimated on this GPU type
@@ -93,9 +98,19 @@ def batch_variants(graph: Graph, batch_size: int | None = None,
     kwargs = dict(train_op=graph.meta.train_op, loss=graph.meta.loss, inputs=graph.meta.feeds)
     if static_b is None:
         gd = graph.to_graph_def()
-        g1 = from_graph_def(gd, inputs=graph.meta.feeds, train_op=graph.meta.train_op, loss=graph.meta.loss,
-                            input_shapes=input_shapes(b1))
+        g1 = from_graph_def(gd, input_shapes=input_shapes(b1), **kwargs)
         g2 = from_graph_def(gd, input_shapes=input_shapes(b2), **kwargs)
+        unknown = sorted(_unknown_shapes(g1) | _unknown_shapes(g2))
+        # v1 control flow cannot be fetched from inside its frames (and is refused before compiling).
+        if unknown and not any(op.type in opsets.CONTROL_FLOW_OPS for op in g1):
+            # Shape inference stops at functional control flow (dynamic_rnn's While): without the
+            # batch dims of its outputs, a whole-batch value would reach split consumers unsplit.
+            try:
+                m1, m2 = measure_shapes(g1, input_shapes(b1), unknown), measure_shapes(g2, input_shapes(b2), unknown)
+            except GraphError as e:
+                log.warning("tag_tf: batch dimensions are inferred from static shapes only: %s", e)
+            else:
+                g1, g2 = _with_shapes(gd, g1, m1, kwargs), _with_shapes(gd, g2, m2, kwargs)
         return g1, g2, b1, b2
     if rebuild is not None:
         return graph, rebuild(b2), b1, b2
@@ -113,6 +128,32 @@ def batch_variants(graph: Graph, batch_size: int | None = None,
     raise GraphError(f"cannot infer batch dimensions: the graph has its batch size ({b1}) baked in "
                      f"where tag_tf cannot rescale it ({error}); export it with a dynamic batch "
                      "dimension (None) in its placeholders")
+
+
+def _unknown_shapes(graph: Graph) -> set[str]:
+    """Data tensors of the training subgraph whose static shape has an unknown dim or rank."""
+    out = set()
+    for name in training_ops(graph):
+        for i, t in enumerate(graph.op(name).outputs):
+            if t.is_resource or t.base_dtype in ("variant", "string") or t.is_ref:
+                continue
+            if t.shape is None or -1 in t.shape:
+                out.add(f"{name}:{i}")
+    return out
+
+
+def _with_shapes(graph_def: Any, graph: Graph, measured: Mapping[str, tuple[int, ...]],
+                 kwargs: Mapping[str, Any]) -> Graph:
+    """`graph` re-imported with the measured shapes in place of the unknown ones."""
+    shapes = {}
+    for op in graph:
+        outs = list(op.outputs)
+        for i, t in enumerate(outs):
+            dims = measured.get(f"{op.name}:{i}")
+            if dims is not None:
+                outs[i] = TensorInfo(t.dtype, dims)
+        shapes[op.name] = tuple(outs)
+    return from_graph_def(graph_def, shapes=shapes, **kwargs)
 
 
 def compute_weights(graph_b1: Graph, planning: PlanningGraph) -> np.ndarray:

@@ -699,6 +699,12 @@ def decide(v: OpView) -> OpAnnotation:
         return invariant(v)
     if all(c == PLAIN for c in v.classes):
         return invariant(v)
+    if v.has(LOC) and all(c in (PLAIN, LOC) for c in v.classes) and v.outputs_int():
+        # Integers computed only from shard shapes and constants (DynamicStitch, BroadcastGradientArgs,
+        # Prod/Maximum/FloorDiv of Shape...): run on the shard, any op computes exactly what the
+        # original computes on the shard alone, which is what LOCAL means. Globalising here would
+        # hand a replica the whole batch's shape (the Mean_grad/Sum_grad reshape errors).
+        return rule_int_local(v)
     if v.type in NEEDS_FULL:
         return needs_full(v, "needs-full-batch")
     rule = _rule_for(v.type)

@@ -17,7 +17,7 @@ from tag_tf.compiler.devices import DeviceMap
 from tag_tf.compiler.placement import Placement, resolve
 from tag_tf.context import PassContext
 from tag_tf.errors import CompileError, GraphError
-from tag_tf.ir import TensorRef
+from tag_tf.ir import Graph, TensorRef
 from tag_tf.ir.opsets import CONTROL_FLOW_OPS
 from tag_tf.strategy import Strategy
 
@@ -42,16 +42,22 @@ class Compiled:
         return list(self.builder.f.nodes[before:]), names
 
 
-def compile_strategy(ctx: PassContext, analysis: Analysis, strategy: Strategy, devices: DeviceMap, *,
-                     fetches: Iterable[str] = (), run_ops: Iterable[str] = (), check: bool = False) -> Compiled:
-    from tensorflow.core.framework import graph_pb2
-
-    graph = analysis.graph
+def check_compilable(graph: Graph) -> None:
+    """CompileError, naming the op, for graphs no strategy can compile. Cheap: callers run it before
+    planning, so a refusal costs no search and leaves no cached plan behind."""
     v1_loops = [op for op in graph if op.type in CONTROL_FLOW_OPS]
     if v1_loops:
         raise CompileError(f"op {v1_loops[0].name!r} ({v1_loops[0].type}) is TF1 v1 control flow, which "
                            "tag_tf does not compile; build the graph with control flow v2 (the TF 2.x "
                            "default: do not call disable_control_flow_v2)")
+
+
+def compile_strategy(ctx: PassContext, analysis: Analysis, strategy: Strategy, devices: DeviceMap, *,
+                     fetches: Iterable[str] = (), run_ops: Iterable[str] = (), check: bool = False) -> Compiled:
+    from tensorflow.core.framework import graph_pb2
+
+    graph = analysis.graph
+    check_compilable(graph)
     with ctx.timer("compile/placement"):
         placement = resolve(analysis, strategy, len(devices))
     with ctx.timer("compile/build"):

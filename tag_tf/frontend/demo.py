@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tag_tf.runtime.sessions import session_config
+
 MODEL = "cnn"
 PLAN_BATCH = 96          # the paper's batch size for its CNNs
 CLUSTER = "testbed"
@@ -173,7 +175,7 @@ def _train(model: str, steps: int, distributed: bool) -> list[float]:
     with graph.as_default():
         tf.compat.v1.import_graph_def(m.graph_def, name="")
     losses = []
-    with tf.compat.v1.Session(graph=graph) as sess:
+    with tf.compat.v1.Session(graph=graph, config=session_config(1)) as sess:
         sess.run(m.init_op)
         for feed in batches:
             _, loss = sess.run([m.train_op, m.loss], feed)

@@ -56,12 +56,14 @@ from tag_tf.frontend.target import Target, resolve_target
 
 log = logging.getLogger("tag_tf.distribute")
 
+FALLBACKS = ("error", "single")
 VERIFY_STEPS = 2
 VERIFY_TOLERANCE = 1e-4
 
 
 def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None, cache_dir: str | None = None,
-               budget_s: float | None = None, verify: bool = False) -> "Distribution | Callable":
+               budget_s: float | None = None, verify: bool = False, exact_batch_stats: bool = False,
+               fallback: str = "error") -> "Distribution | Callable":
     """Train the TF1 code run inside this context (or decorated function) distributed.
 
     strategy: "auto" (the best plan the planner gives), a baseline ("dp", "dp-p" with batch shares
@@ -74,13 +76,19 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
     budget_s: planning time budget in seconds.
     verify: before training, check for 2 steps that the distributed graph trains like the original
         (first fed batch, or synthetic batches for iterator inputs); raise VerificationError if not.
+    exact_batch_stats: BatchNorm replicas use the whole batch's statistics (exact, one extra
+        all-reduce per BatchNorm) instead of their own shard's (the data-parallel convention).
+    fallback: what a training run that tag_tf cannot distribute does: "error" (default: raise the
+        reason, naming the op) or "single" (log one warning with the reason and train on the user's
+        own session, undistributed).
 
     `@tag_tf.distribute` (no arguments) decorates a function with the defaults.
     """
     if callable(strategy) and not isinstance(strategy, (str, os.PathLike)):
         return Distribution()(strategy)
     return Distribution(strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir,
-                        budget_s=budget_s, verify=verify)
+                        budget_s=budget_s, verify=verify, exact_batch_stats=exact_batch_stats,
+                        fallback=fallback)
 
 
 @dataclasses.dataclass
@@ -96,15 +104,21 @@ class Distribution:
     the plan came from the cache) and `programs` the compiled programs."""
 
     def __init__(self, *, strategy: Any = "auto", topology: Any = None, cluster: Any = None,
-                 cache_dir: str | None = None, budget_s: float | None = None, verify: bool = False):
+                 cache_dir: str | None = None, budget_s: float | None = None, verify: bool = False,
+                 exact_batch_stats: bool = False, fallback: str = "error"):
+        if fallback not in FALLBACKS:
+            raise TagError(f"fallback={fallback!r}: expected one of {', '.join(map(repr, FALLBACKS))}")
         self.options = dict(strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir,
-                            budget_s=budget_s, verify=verify)
+                            budget_s=budget_s, verify=verify, exact_batch_stats=exact_batch_stats,
+                            fallback=fallback)
         self.plans: list[Plan] = []
         self.programs: list[Program] = []
         self.target: Target | None = None
         self._graphs: "weakref.WeakKeyDictionary[Any, tuple[GraphInfo, Program | None]]" = weakref.WeakKeyDictionary()
         self._sessions: "weakref.WeakKeyDictionary[Any, SessionState]" = weakref.WeakKeyDictionary()
         self._lock = threading.RLock()
+        # Graphs left undistributed by fallback="single" -> the reason.
+        self._fallen_back: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
         self._active = False
         self._log_handler: logging.Handler | None = None
 
@@ -119,19 +133,24 @@ class Distribution:
         install(self)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         uninstall(self)
         self._active = False
+        failed: list[str] = []
         try:
             with bypass():
                 for sess, state in list(self._sessions.items()):
                     if state.runner is not None:
                         if not getattr(sess, "_closed", True):
-                            self._sync_back(sess, state.runner)
+                            failed.extend(self._sync_back(sess, state.runner))
                         state.runner.close()
         finally:
             self._sessions = weakref.WeakKeyDictionary()
             self._stop_logging()
+        if failed and exc_type is None:
+            # The user's session would silently keep its pre-training values: never that.
+            raise TagError(f"could not copy the trained variables back to the user's session on leaving "
+                           f"tag_tf.distribute: {failed[0]}")
 
     def __call__(self, func: Callable) -> Callable:
         """As a decorator: every call runs in a fresh context with the same options."""
@@ -176,11 +195,21 @@ class Distribution:
                     with self._lock:
                         self._state(sess).replay.append(_by_name(targets, fetches, feeds))
                 return original(sess, None, targets, fetches, feeds, options, run_metadata)
+            if sess.graph in self._fallen_back:
+                return original(sess, None, targets, fetches, feeds, options, run_metadata)
             with self._lock:
                 state = self._state(sess)
                 if state.runner is None:
-                    program = self._program(sess.graph, info, roots, _feeds_by_name(feeds),
-                                            [t.name for t in fetches])
+                    try:
+                        program = self._program(sess.graph, info, roots, _feeds_by_name(feeds),
+                                                [t.name for t in fetches])
+                    except TagError as e:
+                        if self.options["fallback"] != "single":
+                            raise
+                        self._fallen_back[sess.graph] = str(e)
+                        log.warning("tag_tf: not distributing this graph, training it on one device "
+                                    "(fallback='single'): %s", e)
+                        return original(sess, None, targets, fetches, feeds, options, run_metadata)
                     state.runner = self._migrate(sess, program, state)
         program = state.runner.program
         if roots and not program.covers(roots):
@@ -224,19 +253,21 @@ class Distribution:
         if entry is not None and entry[1] is not None:
             return entry[1]
         from tag_tf.analysis import analyze
-        from tag_tf.compiler import compile_strategy
+        from tag_tf.compiler import check_compilable, compile_strategy
         from tag_tf.context import Options, PassContext
         from tag_tf.ir import from_graph_def
 
         start = time.perf_counter()
         gd, meta, train_op = capture(graph, roots)
         ir = from_graph_def(gd, meta, train_op=train_op)
-        ctx = PassContext(Options(cache_dir=self.options["cache_dir"]))
+        ctx = PassContext(Options(cache_dir=self.options["cache_dir"],
+                                  exact_batch_stats=self.options["exact_batch_stats"]))
         batch = None
         if ir.meta.batch_size is None:     # dynamic batch: plan at the size actually fed
             sizes = [np.shape(feeds[f])[0] for f in ir.meta.feeds if f in feeds and np.ndim(feeds[f])]
             batch = int(sizes[0]) if sizes else None
         analysis = analyze(ctx, ir, batch_size=batch)
+        check_compilable(analysis.graph)   # before planning: a refusal leaves no cached plan
         target = self.target
         target.check()                     # an unreachable cluster fails here, naming the task
         plan = resolve_strategy(analysis, target.topology, self.options["strategy"],
@@ -270,7 +301,7 @@ class Distribution:
         if not result.ok:
             worst = max(result.per_variable, key=result.per_variable.get) if result.per_variable else "?"
             raise VerificationError(f"verify: the distributed graph does not train like the original: "
-                                    f"max_rel_diff {result.max_rel_diff:.3g} > {VERIFY_TOLERANCE:g} after "
+                                    f"max_rel_diff {result.max_rel_diff:.3g} > {result.tolerance:.3g} after "
                                     f"{VERIFY_STEPS} steps (worst variable {worst!r}); not training with it")
         log.info("tag_tf: verified: max_rel_diff %.3g after %d steps", result.max_rel_diff, VERIFY_STEPS)
 
@@ -290,14 +321,17 @@ class Distribution:
             log.info("tag_tf: variables not initialised yet, left for their initialiser: %s", ", ".join(missing))
         return runner
 
-    def _sync_back(self, sess: Any, runner: Runner) -> None:
+    def _sync_back(self, sess: Any, runner: Runner) -> list[str]:
         """Leaving the context with the user's session still open: give it the trained values, so code
-        after the context sees them. Uses each variable's initializer with its value fed."""
+        after the context sees them. Uses each variable's initializer with its value fed. Returns the
+        failures (the caller closes every session first, then raises)."""
         try:
             values = runner.program.io.read(runner.session)
             write_variables(sess, runner.program.ir, values)
-        except Exception as e:   # best effort: the compiled session is closing anyway
-            log.warning("tag_tf: could not copy trained variables back to the session: %s", e)
+        except Exception as e:
+            log.error("tag_tf: could not copy trained variables back to the session: %s", e)
+            return [f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"]
+        return []
 
 
 def _by_name(targets: Sequence[Any], fetches: Sequence[Any], feeds: Mapping[Any, Any]

@@ -29,7 +29,7 @@ _COLLECTIONS = ("variables", "trainable_variables", "local_variables", "train_op
 @dataclasses.dataclass(frozen=True)
 class GraphInfo:
     version: int
-    updates: frozenset[str]            # optimizer update ops
+    updates: frozenset[str]            # training updates (opsets.training_updates)
     trains: frozenset[str]             # ops from which an update is reachable (fetching one trains)
     train_collection: frozenset[str]   # ops of the TRAIN_OP collection
     state_init: frozenset[str]         # ops that run an iterator/table initialiser
@@ -59,7 +59,7 @@ class GraphInfo:
                     stack.extend(consumers.get(name, ()))
             return frozenset(seen)
 
-        updates = frozenset(op.name for op in ops if opsets.is_optimizer_update(op.type))
+        updates = opsets.training_updates((op.name, op.type, [t.op.name for t in op.inputs]) for op in ops)
         collection = frozenset((x.op if isinstance(x, tf.Tensor) else x).name
                                for x in graph.get_collection(tf.compat.v1.GraphKeys.TRAIN_OP))
         queue: frozenset[str] = frozenset()
@@ -74,9 +74,10 @@ class GraphInfo:
         roots = [n for n in names if n in self.trains or n in self.train_collection]
         for n in roots:
             if n not in self.trains:
-                raise GraphError(f"no train op found: {n!r} is in the TRAIN_OP collection but runs no optimizer "
-                                 f"update (Apply*/ResourceApply* op); tag_tf.distribute distributes "
-                                 f"optimizer-based training only")
+                raise GraphError(f"no train op found: {n!r} is in the TRAIN_OP collection but writes no "
+                                 f"variable with a value computed from gradients (an optimizer's Apply* "
+                                 f"op, or an assign of a gradient-derived value); tag_tf.distribute "
+                                 f"distributes gradient-based training only")
         return list(dict.fromkeys(roots))
 
 
@@ -122,7 +123,8 @@ class Program:
         variables = ir.variables.values()
         self.io = VariableIO(self.graph, compiled.variables, {v.name: v.kind for v in variables},
                              {v.name: v.dtype for v in variables})
-        self.updates = frozenset(n for n in ir.ancestors([ir.meta.train_op]) if _is_update(ir, n))
+        self._all_updates = ir.training_updates()
+        self.updates = frozenset(n for n in ir.ancestors([ir.meta.train_op]) if n in self._all_updates)
         # A fed batch smaller than a replicated layout leaves replicas without samples (see check_batch).
         self.batch_inputs = frozenset(ir.meta.feeds)
         self.replicas = max((lay.size for lay in compiled.placement.layouts.values()
@@ -181,7 +183,7 @@ class Program:
         not know are left to `op`/`tensor`, which name them)."""
         key = frozenset(r for r in roots if r in self.ir)
         if key not in self._covered:
-            self._covered[key] = all(n in self.updates for n in self.ir.ancestors(key) if _is_update(self.ir, n))
+            self._covered[key] = all(n in self.updates for n in self.ir.ancestors(key) if n in self._all_updates)
         return self._covered[key]
 
     def _extend(self, tensors: Sequence[str] = (), ops: Sequence[str] = ()) -> dict[str, str]:
@@ -195,12 +197,6 @@ class Program:
             self._tensors.update({t: names[t] for t in tensors})
             self._ops.update({o: names[o] for o in ops})
             return names
-
-
-def _is_update(ir: Any, name: str) -> bool:
-    from tag_tf.ir import opsets
-
-    return opsets.is_optimizer_update(ir.op(name).type)
 
 
 def add_nodes(graph: Any, nodes: Sequence[Any]) -> None:

@@ -10,6 +10,8 @@ from typing import Any
 
 from tag_tf.errors import TopologyError
 
+COMPILED_RUN_TIMEOUT_MS = 600_000     # one step of a compiled graph; generous: a first GPU step autotunes
+
 
 @dataclasses.dataclass(frozen=True)
 class Target:
@@ -34,6 +36,10 @@ class Target:
         else:
             config.device_count["CPU"] = max(self.num_cpus, config.device_count.get("CPU", 1))
         config.allow_soft_placement = True
+        if not config.operation_timeout_in_ms:
+            # A collective whose peers never arrive blocks without using CPU: fail instead (the
+            # user's own timeout, when set, wins).
+            config.operation_timeout_in_ms = COMPILED_RUN_TIMEOUT_MS
         return config
 
     def session(self, graph: Any, user_config: Any = None) -> Any:

@@ -13,6 +13,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from tag_tf.ir.opsets import training_updates
+
 # Byte sizes of TF dtypes by name; "resource"/"variant"/"string" have no fixed size.
 _DTYPE_BYTES = {
     "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "half": 2, "float": 4, "double": 8,
@@ -156,6 +158,7 @@ class Graph:
         self._consumers = {k: tuple(v) for k, v in consumers.items()}
         self._control_consumers = {k: tuple(v) for k, v in control_consumers.items()}
         self._fingerprint: str | None = None
+        self._training_updates: frozenset[str] | None = None
 
     # -- lookup -------------------------------------------------------------------------------
     @property
@@ -196,6 +199,13 @@ class Graph:
             for c, _ in self._consumers.get(TensorRef(name, i), ()):
                 seen[c] = None
         return tuple(seen)
+
+    def training_updates(self) -> frozenset[str]:
+        """Ops that train: optimizer updates and variable writes of gradient-derived values."""
+        if self._training_updates is None:
+            self._training_updates = training_updates(
+                (op.name, op.type, [r.op for r in op.inputs]) for op in self)
+        return self._training_updates
 
     def control_consumers(self, name: str) -> tuple[str, ...]:
         return self._control_consumers.get(name, ())

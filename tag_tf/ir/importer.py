@@ -183,6 +183,43 @@ def _override_input_shapes(gd: Any, input_shapes: Mapping[str, tuple[int, ...]])
         raise GraphError(f"no input op named {sorted(missing)[0]!r} in the graph")
 
 
+def measure_shapes(graph: Graph, input_shapes: Mapping[str, tuple[int, ...]], tensors: Iterable[str],
+                   timeout_ms: int = 120_000) -> dict[str, tuple[int, ...]]:
+    """The run-time shapes of `tensors`: one run of their ancestors on a scratch session, the batch
+    inputs fed zeros of `input_shapes` (zero is a valid id for embeddings and labels), variables
+    initialised by their own initialisers. Shape inference cannot see through functional control
+    flow (an RNN's `While` returns `[?, ?, H]`); running it does. Nothing is written anywhere but in
+    that scratch session."""
+    import numpy as np
+    import tensorflow as tf
+
+    tensors = list(tensors)
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph.to_graph_def(), name="")
+        shapes = [tf.shape(g.get_tensor_by_name(t), out_type=tf.int64) for t in tensors]
+    def zeros(name: str, dims: tuple[int, ...]) -> Any:
+        dtype = tf.as_dtype(graph.tensor(name).base_dtype)
+        return np.full(dims, b"", dtype=object) if dtype == tf.string else np.zeros(dims, dtype.as_numpy_dtype)
+
+    feeds = {name: zeros(name, dims) for name, dims in input_shapes.items()}
+    inits = [v.initializer for v in graph.variables.values() if v.initializer]
+    config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=timeout_ms, device_count={"CPU": 1})
+    try:
+        with tf.compat.v1.Session(graph=g, config=config) as sess:
+            if inits:
+                sess.run(inits)
+            values = sess.run(shapes, feeds)
+    except tf.errors.OpError as e:
+        lines = [ln.strip() for ln in (e.message or "").splitlines()
+                 if ln.strip() and not ln.startswith(("Graph execution error", "Detected at node"))]
+        first = lines[0] if lines else type(e).__name__
+        raise GraphError(f"cannot find the run-time shapes of {tensors[0]!r} and {len(tensors) - 1} other "
+                         f"tensor(s) that shape inference leaves unknown (running the graph on zeros "
+                         f"failed: {first}); give the graph static shapes") from None
+    return {t: tuple(int(d) for d in v) for t, v in zip(tensors, values)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Graph
 # ---------------------------------------------------------------------------------------------
@@ -324,7 +361,7 @@ def _find_train_op(graph: Graph, collections: Mapping[str, tuple[str, ...]]) -> 
         op_name = TensorRef.parse(name).op
         if op_name in graph:
             return op_name
-    updates = [op.name for op in graph if opsets.is_optimizer_update(op.type)]
+    updates = sorted(graph.training_updates(), key=graph.order.index)
     if not updates:
         return None
     # The train op is a sink downstream of the optimizer updates (TF groups them under one final op).
@@ -393,6 +430,7 @@ def _batch_size(graph: Graph, inputs: tuple[str, ...]) -> int | None:
 def _find_variables(graph: Graph, collections: Mapping[str, tuple[str, ...]], train_op: str | None
                     ) -> list[Variable]:
     trainable_names = set(collections.get("trainable_variables", ()))
+    updates = graph.training_updates()
     variables = []
     for op in graph:
         if op.type not in opsets.VARIABLE_OPS:
@@ -403,7 +441,7 @@ def _find_variables(graph: Graph, collections: Mapping[str, tuple[str, ...]], tr
             ctype = graph.op(consumer).type
             if idx == 0 and opsets.is_variable_writer(ctype):
                 writers.append(consumer)
-                applied |= opsets.is_optimizer_update(ctype)
+                applied |= consumer in updates
                 if initializer is None and ctype in ("Assign", "AssignVariableOp") and consumer == f"{op.name}/Assign":
                     initializer = consumer
         if initializer is None:
@@ -419,4 +457,5 @@ def _find_variables(graph: Graph, collections: Mapping[str, tuple[str, ...]], tr
     return variables
 
 
-__all__ = ["from_graph_def", "from_file", "load_graph_file", "infer_shapes", "shape_proto_to_tuple"]
+__all__ = ["from_graph_def", "from_file", "load_graph_file", "infer_shapes", "measure_shapes",
+           "shape_proto_to_tuple"]

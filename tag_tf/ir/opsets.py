@@ -2,6 +2,8 @@
 those live in `tag_tf.analysis.rules`)."""
 from __future__ import annotations
 
+from typing import Iterable, Sequence
+
 VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
 
 # Ops that write a variable through their first (ref or resource) input.
@@ -23,6 +25,77 @@ def is_variable_writer(op_type: str) -> bool:
 
 def is_optimizer_update(op_type: str) -> bool:
     return op_type.startswith(_UPDATE_PREFIXES)
+
+
+# Kernels that only a backward pass emits (tf.gradients names them <Op>Grad, Conv2DBackprop*, ...).
+_GRADIENT_TYPE_SUFFIXES = ("Grad", "GradV2", "GradV3", "GradGrad", "BackpropInput", "BackpropInputV2",
+                           "BackpropFilter", "BackpropFilterV2")
+_GRADIENT_TYPES = frozenset({"BroadcastGradientArgs", "SymbolicGradient"})
+# Name scopes tf.gradients / GradientTape / Optimizer.compute_gradients put the backward pass under.
+_GRADIENT_SCOPES = ("gradients", "gradient_tape")
+
+
+def is_gradient_op(name: str, op_type: str) -> bool:
+    """An op of a backward pass: a gradient kernel, or any op in a gradient name scope
+    (`gradients/`, `gradients_1/`, `gradient_tape/`, also nested under the user's own scopes)."""
+    if op_type in _GRADIENT_TYPES or op_type.endswith(_GRADIENT_TYPE_SUFFIXES):
+        return True
+    for part in name.split("/")[:-1]:
+        head, _, tail = part.partition("_")
+        if part in _GRADIENT_SCOPES or (head == "gradients" and tail.isdigit()):
+            return True
+    return False
+
+
+def training_updates(ops: Iterable[tuple[str, str, Sequence[str]]]) -> frozenset[str]:
+    """The ops that train: optimizer updates (Apply*), and any other variable write (Assign*,
+    Scatter*, ref or resource) whose written value depends on a gradient. That is what training
+    is, whatever the optimizer looks like: the official BERT optimizer is a group of plain assigns,
+    tutorials write `w.assign_sub(lr * g)`. Writes that follow no gradient (initialisers,
+    `global_step.assign_add(1)`, restores) are not training by themselves.
+
+    `ops`: (name, type, names of the ops it reads through data edges), for every op of the graph."""
+    ops = list(ops)
+    inputs = {name: tuple(ins) for name, _, ins in ops}
+    grad_seed = {name for name, op_type, _ in ops if is_gradient_op(name, op_type)}
+    memo: dict[str, bool] = {}
+
+    def depends_on_gradient(root: str) -> bool:
+        # Iterative DFS with memo: graphs have 10^5 ops and deep chains.
+        stack = [(root, iter(inputs.get(root, ())))]
+        path = {root}
+        while stack:
+            node, it = stack[-1]
+            if node in grad_seed:
+                memo[node] = True
+            if memo.get(node):
+                stack.pop()
+                path.discard(node)
+                if stack:
+                    memo[stack[-1][0]] = True
+                continue
+            nxt = next(it, None)
+            if nxt is None:
+                memo.setdefault(node, False)
+                stack.pop()
+                path.discard(node)
+                continue
+            if nxt in memo:
+                if memo[nxt]:
+                    memo[node] = True
+                continue
+            if nxt not in path:          # a loop's back edge (NextIteration) is not followed twice
+                path.add(nxt)
+                stack.append((nxt, iter(inputs.get(nxt, ()))))
+        return memo.get(root, False)
+
+    out = set()
+    for name, op_type, ins in ops:
+        if is_optimizer_update(op_type):
+            out.add(name)
+        elif is_variable_writer(op_type) and any(depends_on_gradient(i) for i in ins[1:]):
+            out.add(name)
+    return frozenset(out)
 
 
 def gradient_input(op_type: str) -> int | None:

@@ -303,9 +303,10 @@ def session_config(tf_device: str, inter_op_threads: int | None = 1) -> Any:
     """A ConfigProto that keeps every node as written (no Grappler, no folding, no CSE)."""
     import tensorflow as tf
 
-    from tag_tf.runtime.sessions import keep_as_written
+    from tag_tf.runtime.sessions import DEFAULT_TIMEOUT_MS, keep_as_written
 
-    cfg = keep_as_written(tf.compat.v1.ConfigProto(allow_soft_placement=True))
+    cfg = keep_as_written(tf.compat.v1.ConfigProto(allow_soft_placement=True,
+                                                   operation_timeout_in_ms=DEFAULT_TIMEOUT_MS))
     if tf_device.startswith("/device:CPU"):
         cfg.device_count["GPU"] = 0
         if inter_op_threads:

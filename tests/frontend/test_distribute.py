@@ -3,6 +3,7 @@ exactly like it does alone (same losses and variables), with checkpoints interch
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 
@@ -401,20 +402,90 @@ def test_verify_refuses_a_graph_that_differs(cache):
 # ---------------------------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------------------------
-def test_train_op_collection_without_optimizer_is_an_error(cache):
-    """A run fetching an op of the TRAIN_OP collection from which no optimizer update is reachable
-    (here a hand-written update) is the one case where tag_tf is told to train and cannot."""
+def test_train_op_collection_without_gradients_is_an_error(cache):
+    """A run fetching an op of the TRAIN_OP collection that writes no gradient-derived value (here a
+    decay of the weights) is the one case where tag_tf is told to train and cannot."""
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
         w = tf.compat.v1.get_variable("w", [3])
-        loss = tf.reduce_mean(tf.square(tf.reduce_sum(x * w, 1)))
-        manual = w.assign_sub(0.1 * tf.gradients(loss, [w])[0]).op
-        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP, manual)
+        decay = w.assign(w * 0.5 + tf.reduce_mean(x) * 0.0).op
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP, decay)
     with dist(cache), tf.compat.v1.Session(graph=g) as sess:
         sess.run(w.initializer)
-        with pytest.raises(GraphError, match=rf"no train op found: '{manual.name}' is in the TRAIN_OP"):
-            sess.run(manual, {x: np.ones((2, 3))})
+        with pytest.raises(GraphError, match=rf"no train op found: '{decay.name}' is in the TRAIN_OP"):
+            sess.run(decay, {x: np.ones((2, 3))})
+
+
+def _manual_sgd_graph():
+    """The tutorials' training step: `w.assign_sub(lr * g)` from tf.gradients, no Optimizer."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+        w = tf.compat.v1.get_variable("w", [3, 2], initializer=tf.compat.v1.random_normal_initializer(seed=1))
+        b = tf.compat.v1.get_variable("b", [2], initializer=tf.zeros_initializer())
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) + b - 1.0))
+        gw, gb = tf.gradients(loss, [w, b])
+        train = tf.group(w.assign_sub(0.1 * gw), b.assign_sub(0.1 * gb))
+    return g, x, w, loss, train
+
+
+@pytest.mark.parametrize("fallback", ["error", "single"])
+def test_assign_based_training_is_distributed(cache, fallback):
+    """Training is what writes gradient-derived values, not what has an Apply* op: a group of
+    assigns is compiled and distributed (never run on one device without a word)."""
+    data = [np.random.default_rng(i).standard_normal((8, 3)).astype(np.float32) for i in range(3)]
+    results = []
+    for scope in (None, dist(cache, fallback=fallback)):
+        g, x, w, loss, train = _manual_sgd_graph()
+        with (scope or contextlib.nullcontext()), tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.variables_initializer(g.get_collection("variables")))
+            losses = [sess.run([train, loss], {x: d})[1] for d in data]
+            results.append((losses, sess.run(w)))
+        if scope is not None:
+            assert len(scope.plans) == 1 and scope.programs[0].replicas == 2
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=RTOL)
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=RTOL, atol=1e-6)
+
+
+def test_fallback_single_trains_undistributed_with_one_warning(cache, caplog):
+    """A training graph tag_tf refuses (TF1 v1 control flow) trains on the user's session with
+    fallback="single", after one warning naming the op; with the default it fails, naming it."""
+    def graph():
+        g = tf.Graph()
+        with g.as_default():
+            tf.compat.v1.disable_control_flow_v2()
+            try:
+                x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+                w = tf.compat.v1.get_variable("w", [3])
+                h = tf.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, v * 1.5), [0, x * w])[1]
+                loss = tf.reduce_mean(tf.square(h))
+                train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+            finally:
+                tf.compat.v1.enable_control_flow_v2()
+        return g, x, w, train
+    g, x, w, train = graph()
+    with dist(cache), tf.compat.v1.Session(graph=g) as sess:
+        sess.run(w.initializer)
+        with pytest.raises(CompileError, match=r"is TF1 v1 control flow"):
+            sess.run(train, {x: np.ones((4, 3))})
+    assert not os.path.exists(cache) or not os.listdir(cache)   # refused before planning: nothing cached
+    g, x, w, train = graph()
+    with caplog.at_level("WARNING", logger="tag_tf.distribute"):
+        with dist(cache, fallback="single") as scope, tf.compat.v1.Session(graph=g) as sess:
+            sess.run(w.initializer)
+            before = sess.run(w)
+            for _ in range(2):
+                sess.run(train, {x: np.ones((4, 3))})
+            assert not np.allclose(sess.run(w), before)       # it trained, on the user's session
+    assert scope.plans == []
+    warnings = [r for r in caplog.records if "fallback='single'" in r.getMessage()]
+    assert len(warnings) == 1 and "v1 control flow" in warnings[0].getMessage()
+
+
+def test_bad_fallback_is_refused():
+    with pytest.raises(TagError, match=r"fallback='maybe': expected one of 'error', 'single'"):
+        tag_tf.distribute(fallback="maybe")
 
 
 def test_fetch_the_plan_cannot_provide(cache):
@@ -512,3 +583,32 @@ def test_several_train_ops(cache):
         np.testing.assert_allclose(run("ab", "a"), plain, rtol=RTOL)
         with pytest.raises(TagError, match="fetching 'train_b' runs optimizer updates outside the train op"):
             run("a", "b")
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+def test_reductions_over_non_batch_axes_with_dynamic_batch(cache, devices):
+    """Mean/Sum over non-batch axes with a `None` batch: their gradients reshape with a shape that
+    DynamicStitch computes from the batch's Shape at run time; on a replica it must be the replica's
+    (it was the whole batch's: `Input to reshape is a tensor with 4 values, but the requested shape
+    has 8` in gradients/Sum_grad/Reshape)."""
+    def graph():
+        g = tf.Graph()
+        with g.as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [None, 5, 4], name="x")
+            w = tf.compat.v1.get_variable("w", [4, 3], initializer=tf.compat.v1.random_normal_initializer(seed=1))
+            h = tf.tensordot(x, w, 1)                                   # [B, 5, 3]
+            pooled = tf.reduce_mean(h, axis=1)                          # GlobalAveragePooling1D
+            loss = tf.reduce_mean(tf.reduce_sum(tf.square(pooled), axis=-1)) + tf.reduce_mean(
+                tf.reduce_max(h, axis=[1, 2]))
+            train = tf.compat.v1.train.AdamOptimizer(0.01).minimize(loss)
+        return g, x, w, loss, train
+    data = [np.random.default_rng(i).standard_normal((8, 5, 4)).astype(np.float32) for i in range(3)]
+    results = []
+    for scope in (None, dist(cache, topology=f"local:{devices}")):
+        g, x, w, loss, train = graph()
+        with (scope or contextlib.nullcontext()), tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            losses = [sess.run([train, loss], {x: d})[1] for d in data]
+            results.append((losses, sess.run(w)))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=RTOL)
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=RTOL, atol=1e-5)
