@@ -56,7 +56,7 @@ def _initializers(graph_ir, instances: Mapping[str, list[str]] | None = None) ->
 
 
 NOISE_RATIO = 1e-6   # a gradient this far below the model's largest is rounding noise
-NOISE_FACTOR = 20.0  # a compiled run may differ from the original this many times the noise floor
+NOISE_FACTOR = 10.0  # a compiled run may differ from the original this many times the noise floor
 
 
 def gradient_tensors(graph_ir) -> dict[str, list[str]]:

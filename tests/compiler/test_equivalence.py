@@ -9,7 +9,7 @@ import pytest
 from conftest import analysis_of, batches
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.context import PassContext
-from tag_tf.runtime.equivalence import check_equivalence, run_original
+from tag_tf.runtime.equivalence import check_equivalence, noise_floor, run_original
 from tag_tf.search.baselines import random_strategy
 from tag_tf.strategy import Option, Strategy
 
@@ -20,17 +20,30 @@ STEPS = 3
 def reference(name: str, **kw):
     model, a = analysis_of(name, **kw)
     feeds = batches(model, STEPS)
-    return model, a, feeds, run_original(a, feeds, STEPS)
+    original = run_original(a, feeds, STEPS)
+    return model, a, feeds, original, noise_floor(a, original, feeds)
 
 
 def verify(name: str, strategy: Strategy, devices: int, tolerance: float = 1e-4, **kw):
-    _, a, feeds, original = reference(name, **kw)
+    _, a, feeds, original, floor = reference(name, **kw)
     compiled = compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(devices), check=True)
-    result = check_equivalence(a, compiled, feeds, STEPS, tolerance=tolerance, original=original)
+    result = check_equivalence(a, compiled, feeds, STEPS, tolerance=tolerance, original=original, floor=floor)
     assert result.ok, (result.max_rel_diff, sorted(result.per_variable.items(), key=lambda kv: -kv[1])[:3])
     assert result.copies_max_diff == 0.0 or result.copies_max_diff < 1e-6
     np.testing.assert_allclose(result.losses_compiled, result.losses_original, rtol=max(tolerance, 1e-4))
     return compiled, result
+
+
+def test_noise_floor_is_small_and_a_real_difference_still_fails():
+    """The floor is what permuting the batch rows gives the original run: rounding, far below a
+    real error. A compiled run fed other data (a stand-in for a wrong rewrite) fails against it."""
+    _, a, feeds, original, floor = reference("mlp")
+    assert 0.0 <= floor < 1e-5
+    compiled = compile_strategy(PassContext(), a, Strategy.uniform(len(a.grouping.groups), (0, 1), Option.ALLREDUCE),
+                                DeviceMap.local_cpus(2))
+    wrong = check_equivalence(a, compiled, lambda step: feeds((step + 1) % STEPS), STEPS, original=original, floor=floor)
+    assert not wrong.ok and wrong.max_rel_diff > 1e-3 and wrong.tolerance == 1e-4
+    assert wrong.to_dict()["noise_floor"] == floor
 
 
 @pytest.mark.parametrize("option", list(Option))
