@@ -99,3 +99,16 @@ def test_verify_json(capsys):
     for key in ("max_rel_diff", "steps", "devices", "ok"):
         assert key in out
     assert out["ok"] and out["devices"] == 3 and out["steps"] == 2
+    assert 0.0 <= out["noise_floor"] < 1e-5 and out["tolerance"] >= 1e-4
+
+
+def test_verify_refuses_what_cannot_fit_in_memory(capsys):
+    """The full-size transformer (batch 64 x 256 tokens) needs tens of GiB: refused with the estimate
+    before any session starts, not ended by the kernel's OOM killer."""
+    from tag_tf.frontend.commands.verify import MEMORY_OVERHEAD, available_memory_bytes
+
+    code = main(["verify", "--model", "transformer", "--devices", "2", "--steps", "1"])
+    err = capsys.readouterr().err.strip()
+    assert available_memory_bytes() < 40 * 2**30 * MEMORY_OVERHEAD, "this machine could run it: test needs a bigger model"
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "needs about" in err and "GiB are available" in err and "--tiny" in err

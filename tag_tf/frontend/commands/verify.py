@@ -44,6 +44,44 @@ def parse_shares(text: str | None, n: int):
     return shares
 
 
+# TF's CPU allocator, the graphs themselves and Python sit on top of the tensors the simulator counts.
+MEMORY_OVERHEAD = 1.5
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable of this machine (Linux), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(analysis, topology, strategy, source: str) -> None:
+    """Refuse, with the estimate, a check that cannot fit in this machine's memory (instead of the
+    kernel's OOM killer ending it without a word). The original and compiled runs are sequential:
+    the larger of the two counts. Peaks come from the simulator's memory model."""
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.strategy import Option, Strategy
+
+    available = available_memory_bytes()
+    if available is None:
+        return
+    sim = Simulator(analysis, topology)
+    compiled = sum(sim.simulate(strategy).peak_memory_bytes)
+    original = sim.simulate(Strategy.uniform(len(analysis.grouping.groups), (0,), Option.ALLREDUCE)).peak_memory_bytes[0]
+    need = MEMORY_OVERHEAD * max(compiled, original)
+    if need > available:
+        gib = 1 << 30
+        raise TagError(f"verify {source}: needs about {need / gib:.1f} GiB (compiled run {compiled / gib:.1f} GiB over "
+                       f"{topology.num_devices} devices, original {original / gib:.1f} GiB, x{MEMORY_OVERHEAD} for "
+                       f"the runtime) but {available / gib:.1f} GiB are available; use --tiny, a smaller --batch "
+                       f"or fewer --devices")
+
+
 def run(args) -> int:
     from tag_tf.compiler import DeviceMap, compile_strategy
     from tag_tf.context import Options, PassContext
@@ -66,6 +104,7 @@ def run(args) -> int:
     if shares is not None:
         strategy = dataclasses.replace(strategy, shares=tuple(shares))
     strategy.validate(len(analysis.grouping.groups), args.devices)
+    check_memory(analysis, topology, strategy, loaded.source)
     rng = np.random.default_rng(args.seed)
     batches = [loaded.model.feed(rng) for _ in range(args.steps)]
     start = time.perf_counter()
