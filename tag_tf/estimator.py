@@ -19,8 +19,10 @@ from tag_tf.frontend.distribute import distribute
 
 def distributed(estimator: Any, strategy: Any = "auto", topology: Any = None, cluster: Any = None,
                 cache_dir: str | None = None, budget_s: float | None = None, verify: bool = False,
-                exact_batch_stats: bool = False, fallback: str = "error") -> Any:
+                exact_batch_stats: bool = False, fallback: str = "error", inference: bool = False) -> Any:
     """A copy of `estimator` whose `train` runs under `tag_tf.distribute(strategy, topology, ...)`.
+
+    With `inference=True`, `predict` runs distributed too (forward only, same planner and compiler).
 
     The copy is an instance of a subclass of the estimator's own class (so `isinstance` checks, e.g.
     in `train_and_evaluate`, still pass) sharing its configuration, model_fn and model_dir."""
@@ -33,8 +35,17 @@ def distributed(estimator: Any, strategy: Any = "auto", topology: Any = None, cl
             self.tag_tf_plans = scope.plans
             return base.train(self, *args, **kwargs)
 
+    def predict(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not inference:
+            yield from base.predict(self, *args, **kwargs)
+            return
+        with distribute(**self._tag_tf_options, inference=True) as scope:
+            self.tag_tf_plans = scope.plans
+            yield from base.predict(self, *args, **kwargs)
+
     train.__doc__ = f"{base.__name__}.train, distributed by tag_tf."
-    cls = type(f"Distributed{base.__name__}", (base,), {"train": train, "__module__": __name__})
+    predict.__doc__ = f"{base.__name__}.predict (distributed by tag_tf with inference=True)."
+    cls = type(f"Distributed{base.__name__}", (base,), {"train": train, "predict": predict, "__module__": __name__})
     # Estimator.__init__ refuses subclasses that override `train`; the copy skips __init__ and
     # shares the wrapped estimator's already-validated state instead.
     copy = object.__new__(cls)

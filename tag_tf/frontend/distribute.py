@@ -63,7 +63,7 @@ VERIFY_TOLERANCE = 1e-4
 
 def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None, cache_dir: str | None = None,
                budget_s: float | None = None, verify: bool = False, exact_batch_stats: bool = False,
-               fallback: str = "error") -> "Distribution | Callable":
+               fallback: str = "error", inference: bool = False) -> "Distribution | Callable":
     """Train the TF1 code run inside this context (or decorated function) distributed.
 
     strategy: "auto" (the best plan the planner gives), a baseline ("dp", "dp-p" with batch shares
@@ -81,6 +81,9 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
     fallback: what a training run that tag_tf cannot distribute does: "error" (default: raise the
         reason, naming the op) or "single" (log one warning with the reason and train on the user's
         own session, undistributed).
+    inference: also distribute graphs that never train: the first run fetching values computed
+        from a batch input (predictions) is planned and compiled like a training run, forward only;
+        fetched values are those of the single-device graph.
 
     `@tag_tf.distribute` (no arguments) decorates a function with the defaults.
     """
@@ -88,7 +91,7 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
         return Distribution()(strategy)
     return Distribution(strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir,
                         budget_s=budget_s, verify=verify, exact_batch_stats=exact_batch_stats,
-                        fallback=fallback)
+                        fallback=fallback, inference=inference)
 
 
 @dataclasses.dataclass
@@ -105,12 +108,12 @@ class Distribution:
 
     def __init__(self, *, strategy: Any = "auto", topology: Any = None, cluster: Any = None,
                  cache_dir: str | None = None, budget_s: float | None = None, verify: bool = False,
-                 exact_batch_stats: bool = False, fallback: str = "error"):
+                 exact_batch_stats: bool = False, fallback: str = "error", inference: bool = False):
         if fallback not in FALLBACKS:
             raise TagError(f"fallback={fallback!r}: expected one of {', '.join(map(repr, FALLBACKS))}")
         self.options = dict(strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir,
                             budget_s=budget_s, verify=verify, exact_batch_stats=exact_batch_stats,
-                            fallback=fallback)
+                            fallback=fallback, inference=inference)
         self.plans: list[Plan] = []
         self.programs: list[Program] = []
         self.target: Target | None = None
@@ -189,9 +192,11 @@ class Distribution:
         roots = info.training_roots(names)
         state = self._sessions.get(sess)
         if state is None or state.runner is None:
+            if not roots and self.options["inference"]:
+                roots = info.inference_roots([op.name for op in targets], [t.op.name for t in fetches])
             starts_queue = not roots and any(n in info.queue for n in names)
             if not roots and not starts_queue:
-                if info.updates and any(n in info.state_init for n in names):
+                if (info.updates or self.options["inference"]) and any(n in info.state_init for n in names):
                     with self._lock:
                         self._state(sess).replay.append(_by_name(targets, fetches, feeds))
                 return original(sess, None, targets, fetches, feeds, options, run_metadata)
@@ -212,7 +217,7 @@ class Distribution:
                         return original(sess, None, targets, fetches, feeds, options, run_metadata)
                     state.runner = self._migrate(sess, program, state)
         program = state.runner.program
-        if roots and not program.covers(roots):
+        if roots and program.ir.training_updates() and not program.covers(roots):
             raise TagError(f"fetching {roots[0]!r} runs optimizer updates outside the train op tag_tf compiled "
                            f"({program.ir.meta.train_op!r}); group all train ops into one (tf.group) and "
                            f"fetch it from the first training run")
@@ -281,8 +286,9 @@ class Distribution:
         self._graphs[graph] = (info, program)
         self.plans.append(plan)
         self.programs.append(program)
-        log.info("tag_tf: training graph %s (%d ops, train op %r) on %d device(s) of %r with plan %s; "
-                 "compiled in %.2f s", ir.fingerprint, len(ir), ir.meta.train_op, target.topology.num_devices,
+        kind = "training" if ir.training_updates() else "inference"
+        log.info("tag_tf: %s graph %s (%d ops, root %r) on %d device(s) of %r with plan %s; "
+                 "compiled in %.2f s", kind, ir.fingerprint, len(ir), ir.meta.train_op, target.topology.num_devices,
                  target.topology.name, plan.describe(), time.perf_counter() - start)
         return program
 

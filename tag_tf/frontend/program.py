@@ -20,6 +20,7 @@ from tag_tf.frontend.target import Target
 _STATE_INIT_OPS = frozenset({"MakeIterator", "InitializeTable", "InitializeTableV2", "InitializeTableFromTextFile",
                              "InitializeTableFromTextFileV2", "InitializeTableFromDataset",
                              "LookupTableImport", "LookupTableImportV2"})
+_BATCH_SOURCES = frozenset({"Placeholder", "IteratorGetNext"})
 _COLLECTIONS = ("variables", "trainable_variables", "local_variables", "train_op", "losses", "global_step")
 
 
@@ -34,6 +35,7 @@ class GraphInfo:
     train_collection: frozenset[str]   # ops of the TRAIN_OP collection
     state_init: frozenset[str]         # ops that run an iterator/table initialiser
     queue: frozenset[str]              # ops that run an enqueue/dequeue (graphs with queue runners only)
+    batch_dependent: frozenset[str] = frozenset()   # ops downstream of a batch source (inference runs)
 
     @staticmethod
     def of(graph: Any) -> "GraphInfo":
@@ -65,8 +67,10 @@ class GraphInfo:
         queue: frozenset[str] = frozenset()
         if updates and graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS):
             queue = downstream(op.name for op in ops if op.type.startswith(("QueueEnqueue", "QueueDequeue")))
+        sources = (op.name for op in ops if op.type in _BATCH_SOURCES and op.outputs and op.outputs[0].shape.rank)
         return GraphInfo(graph.version, updates, downstream(updates), collection,
-                         downstream(op.name for op in ops if op.type in _STATE_INIT_OPS), queue)
+                         downstream(op.name for op in ops if op.type in _STATE_INIT_OPS), queue,
+                         downstream(sources))
 
     def training_roots(self, names: Sequence[str]) -> list[str]:
         """The fetched ops that make a run a training run (GraphError for a TRAIN_OP op that trains
@@ -79,6 +83,15 @@ class GraphInfo:
                                  f"op, or an assign of a gradient-derived value); tag_tf.distribute "
                                  f"distributes gradient-based training only")
         return list(dict.fromkeys(roots))
+
+    def inference_roots(self, targets: Sequence[str], fetches: Sequence[str]) -> list[str]:
+        """The fetched ops of a prediction run: a graph that never trains, fetching only values
+        computed from a batch input (never state-changing targets)."""
+        if self.updates or targets or not fetches:
+            return []
+        if all(n in self.batch_dependent for n in fetches):
+            return list(dict.fromkeys(fetches))
+        return []
 
 
 def capture(graph: Any, roots: Sequence[str]) -> tuple[Any, Any, str | None]:

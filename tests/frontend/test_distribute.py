@@ -612,3 +612,33 @@ def test_reductions_over_non_batch_axes_with_dynamic_batch(cache, devices):
             results.append((losses, sess.run(w)))
     np.testing.assert_allclose(results[1][0], results[0][0], rtol=RTOL)
     np.testing.assert_allclose(results[1][1], results[0][1], rtol=RTOL, atol=1e-5)
+
+
+def test_inference_graph_distributed_only_when_asked(cache):
+    """A forward-only graph (no train op): with inference=True its prediction runs are compiled and
+    split over the replicas, values equal to the single-device run; without it, untouched."""
+    def graph():
+        g = tf.Graph()
+        with g.as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [None, 6], name="x")
+            w = tf.compat.v1.get_variable("w", [6, 4], initializer=tf.compat.v1.random_normal_initializer(seed=2))
+            h = tf.nn.relu(tf.matmul(x, w))
+            probs = tf.nn.softmax(h, name="probs")
+            mean = tf.reduce_mean(h, axis=0, name="mean")      # a whole-batch statistic
+        return g, x, w, probs, mean
+    data = [np.random.default_rng(i).standard_normal((n, 6)).astype(np.float32) for i, n in enumerate((8, 6))]
+    results = []
+    for kw in (None, dict(inference=False), dict(inference=True)):
+        g, x, w, probs, mean = graph()
+        scope = dist(cache, **kw) if kw is not None else contextlib.nullcontext()
+        with scope, tf.compat.v1.Session(graph=g) as sess:
+            sess.run(w.initializer)
+            results.append([sess.run({"p": probs, "m": mean}, {x: d}) for d in data])
+        if kw is not None:
+            assert len(scope.plans) == (1 if kw["inference"] else 0)
+            if kw["inference"]:
+                assert scope.programs[0].replicas == 2
+    for other in results[1:]:
+        for a, b in zip(other, results[0]):
+            np.testing.assert_allclose(a["p"], b["p"], rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(a["m"], b["m"], rtol=1e-5, atol=1e-7)
