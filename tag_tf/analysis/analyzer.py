@@ -106,7 +106,7 @@ def batch_variants(graph: Graph, batch_size: int | None = None,
             # Shape inference stops at functional control flow (dynamic_rnn's While): without the
             # batch dims of its outputs, a whole-batch value would reach split consumers unsplit.
             try:
-                m1, m2 = measure_shapes(g1, input_shapes(b1), unknown), measure_shapes(g2, input_shapes(b2), unknown)
+                m1, m2 = (_batch_sized(g, input_shapes(b), unknown) for g, b in ((g1, b1), (g2, b2)))
             except GraphError as e:
                 log.warning("tag_tf: batch dimensions are inferred from static shapes only: %s", e)
             else:
@@ -130,10 +130,35 @@ def batch_variants(graph: Graph, batch_size: int | None = None,
                      "dimension (None) in its placeholders")
 
 
+def _batch_sized(graph: Graph, inputs: Mapping[str, tuple[int, ...]], tensors: list[str]
+                 ) -> dict[str, tuple[int, ...]]:
+    """Measured shapes that do not depend on the batch's values: the same under two fills."""
+    zeros = measure_shapes(graph, inputs, tensors)
+    other = measure_shapes(graph, inputs, tensors, alternate=True)
+    return {t: dims for t, dims in zeros.items() if other.get(t) == dims}
+
+
+# Ops whose output size depends on the values they read: nothing computed from them takes a measured
+# shape (two fills can happen to agree on them, and where they do not agree the rest is guesswork).
+_VALUE_SIZED = frozenset({"Unique", "UniqueV2", "UniqueWithCounts", "DynamicPartition", "Where", "ListDiff",
+                          "SetDiff1D", "NonMaxSuppressionV3", "NonMaxSuppressionV4", "NonMaxSuppressionV5",
+                          "SparseReshape", "SparseSlice", "SparseFillEmptyRows", "SparseSegmentSum",
+                          "StringSplit", "StringSplitV2", "RaggedTensorToTensor", "DenseToSparseSetOperation"})
+
+
 def _unknown_shapes(graph: Graph) -> set[str]:
-    """Data tensors of the training subgraph whose static shape has an unknown dim or rank."""
+    """Data tensors of the training subgraph whose static shape has an unknown dim or rank, except
+    what is computed from _VALUE_SIZED ops (sparse feature columns, partitioned lookups: their
+    sizes follow the values, and the rules treat their unknown shapes conservatively)."""
+    value_sized: set[str] = set()
+    stack = [op.name for op in graph if op.type in _VALUE_SIZED]
+    while stack:
+        name = stack.pop()
+        if name not in value_sized:
+            value_sized.add(name)
+            stack.extend(graph.op_consumers(name))
     out = set()
-    for name in training_ops(graph):
+    for name in training_ops(graph) - value_sized:
         for i, t in enumerate(graph.op(name).outputs):
             if t.is_resource or t.base_dtype in ("variant", "string") or t.is_ref:
                 continue

@@ -176,6 +176,13 @@ def elementwise(v: OpView, rule: str = "elementwise") -> OpAnnotation | None:
         return None
     out_rank = v.out_rank(0)
     for i, cls in enumerate(v.classes):
+        if cls in (PLAIN, PART) and out_rank is not None and v.in_rank(i) is not None:
+            # A whole input broadcast along the batch axis must have extent 1 there; anything else
+            # (unknown: a whole-batch value from a sparse feature column whose size follows the
+            # data) is not a per-sample operand, so the op runs on whole values.
+            axis = out.axis - (out_rank - v.in_rank(i))
+            if axis >= 0 and v.in_shape(i)[axis] != 1:
+                return None
         if cls != BATCH:
             continue
         rank = v.in_rank(i)
@@ -272,6 +279,7 @@ SAMPLE_OPS = frozenset({  # per-sample along non-batch axes; validity checked fr
     "GatherNd", "UnsortedSegmentSum", "UnsortedSegmentMax", "UnsortedSegmentMin",
     "UnsortedSegmentProd", "ScatterNd", "Where", "Unique", "UniqueV2", "Range",
 })
+SHAPE_STITCH = frozenset({"DynamicStitch", "ParallelDynamicStitch"})
 NEEDS_FULL = frozenset({  # ops that genuinely need every sample (or whose output size is data-dependent)
     "Unique", "UniqueV2", "UniqueWithCounts", "Where", "NonMaxSuppressionV3", "NonMaxSuppressionV4",
     "NonMaxSuppressionV5", "Assert", "Print", "PrintV2", "StringFormat", "ScalarSummary",
@@ -472,6 +480,13 @@ def rule_segment(v: OpView) -> OpAnnotation | None:
         # Scatter of rows into local row numbers (gradient of a local-rows gather).
         return annotate(Category.CONCAT, [out], [v.batch_state(0), v.ins[1], n_req], "segment-local-rows")
     if out is None and ids == BATCH and v.type == "UnsortedSegmentSum":
+        shape = v.out_shape(0)
+        if v.const(2) is None and (not shape or shape[0] < 0):
+            # A sparse gradient deduplicated by the optimizer (Unique ids, num_segments = the number
+            # of distinct ids this step): its row count changes every step, and a collective keeps
+            # the shape it first saw per instance. Gather the rows instead (as MultiWorkerMirrored
+            # does for IndexedSlices) and sum them whole: exact, and never densified.
+            return needs_full(v, "segment-sum-gathered-rows")
         return annotate(Category.SUM, [PARTIAL], [v.batch_state(0), v.batch_state(1), FULL],
                         "segment-sum-batch")
     return None
@@ -561,6 +576,10 @@ def rule_reshape(v: OpView) -> OpAnnotation | None:
         return None
     out = v.out_split(0)
     if out is None:
+        return None
+    if v.classes[1] == PLAIN and v.const(1) is None:
+        # A target shape computed from whole values (e.g. the Shape of a partitioned embedding
+        # lookup's stitched rows) may hold the whole batch's size, which a shard cannot take.
         return None
     a = v.batch_state(0).axis
     before_in, before_out = _prod(v.in_shape(0)[:a]), _prod(v.out_shape(0)[:out.axis])
@@ -699,11 +718,12 @@ def decide(v: OpView) -> OpAnnotation:
         return invariant(v)
     if all(c == PLAIN for c in v.classes):
         return invariant(v)
-    if v.has(LOC) and all(c in (PLAIN, LOC) for c in v.classes) and v.outputs_int():
-        # Integers computed only from shard shapes and constants (DynamicStitch, BroadcastGradientArgs,
-        # Prod/Maximum/FloorDiv of Shape...): run on the shard, any op computes exactly what the
-        # original computes on the shard alone, which is what LOCAL means. Globalising here would
-        # hand a replica the whole batch's shape (the Mean_grad/Sum_grad reshape errors).
+    if v.type in SHAPE_STITCH and v.has(LOC) and all(c in (PLAIN, LOC) for c in v.classes) and v.outputs_int():
+        # A shape assembled from shard shapes and constants (math_ops.reduced_shape in every Sum/Mean
+        # gradient over a non-batch axis with a dynamic batch): on the shard it is the shard's shape,
+        # which is what LOCAL means. Globalising it would hand a replica the whole batch's shape
+        # (`Input to reshape is a tensor with 4 values, but the requested shape has 8`). Only
+        # stitches: other value-sized ops (SparseReshape...) read indices, not shapes.
         return rule_int_local(v)
     if v.type in NEEDS_FULL:
         return needs_full(v, "needs-full-batch")

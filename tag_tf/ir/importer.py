@@ -184,12 +184,13 @@ def _override_input_shapes(gd: Any, input_shapes: Mapping[str, tuple[int, ...]])
 
 
 def measure_shapes(graph: Graph, input_shapes: Mapping[str, tuple[int, ...]], tensors: Iterable[str],
-                   timeout_ms: int = 120_000) -> dict[str, tuple[int, ...]]:
+                   timeout_ms: int = 120_000, alternate: bool = False) -> dict[str, tuple[int, ...]]:
     """The run-time shapes of `tensors`: one run of their ancestors on a scratch session, the batch
-    inputs fed zeros of `input_shapes` (zero is a valid id for embeddings and labels), variables
-    initialised by their own initialisers. Shape inference cannot see through functional control
-    flow (an RNN's `While` returns `[?, ?, H]`); running it does. Nothing is written anywhere but in
-    that scratch session."""
+    inputs fed zeros of `input_shapes` (zero is a valid id for embeddings and labels), or with
+    `alternate` zeros but a 1 first (two fills tell value-sized tensors, such as a Unique's or a
+    DynamicPartition's, from batch-sized ones); variables initialised by their own
+    initialisers. Shape inference cannot see through functional control flow (an RNN's `While`
+    returns `[?, ?, H]`); running it does. Nothing is written anywhere but in that scratch session."""
     import numpy as np
     import tensorflow as tf
 
@@ -200,7 +201,11 @@ def measure_shapes(graph: Graph, input_shapes: Mapping[str, tuple[int, ...]], te
         shapes = [tf.shape(g.get_tensor_by_name(t), out_type=tf.int64) for t in tensors]
     def zeros(name: str, dims: tuple[int, ...]) -> Any:
         dtype = tf.as_dtype(graph.tensor(name).base_dtype)
-        return np.full(dims, b"", dtype=object) if dtype == tf.string else np.zeros(dims, dtype.as_numpy_dtype)
+        # Strings: "0"/"1", not "": feature columns drop empty strings as missing values.
+        value = np.full(dims, b"0", dtype=object) if dtype == tf.string else np.zeros(dims, dtype.as_numpy_dtype)
+        if alternate and value.size and dtype != tf.bool:
+            value.flat[0] = b"1" if dtype == tf.string else 1   # one element differs: no per-sample pattern
+        return value
 
     feeds = {name: zeros(name, dims) for name, dims in input_shapes.items()}
     inits = [v.initializer for v in graph.variables.values() if v.initializer]

@@ -7,6 +7,7 @@ change that lowers the simulated iteration time; out-of-memory strategies count 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Any, Sequence
 
@@ -16,6 +17,8 @@ from tag_tf.errors import StrategyError
 from tag_tf.search.baselines import FUSION_CHOICES, device_capacities
 from tag_tf.strategy import GroupPlan, Strategy
 
+log = logging.getLogger("tag_tf.search")
+
 
 class Evaluator:
     """Simulated iteration time of strategies, counting simulations; inf when a strategy cannot run."""
@@ -23,12 +26,24 @@ class Evaluator:
     def __init__(self, sim: Any):
         self.sim = sim
         self.evaluations = 0
+        self.unsimulatable = 0         # candidates the native expander could not order (see below)
 
     def __call__(self, strategy: Strategy) -> float:
         self.evaluations += 1
         try:
             report = self.sim.simulate(strategy)
         except StrategyError:          # e.g. a batch too small for that many replicas
+            return float("inf")
+        except RuntimeError as e:
+            # Some model-parallel groups mixed with fused buckets expand to a cyclic task graph in
+            # the native simulator although the compiled graph is a DAG: such a candidate cannot
+            # be judged, so the search never picks it (counted, logged once per search).
+            if "cycle" not in str(e):
+                raise
+            if not self.unsimulatable:
+                log.info("tag_tf: the simulator cannot order a candidate strategy (%s); skipping such "
+                         "candidates", e)
+            self.unsimulatable += 1
             return float("inf")
         return float("inf") if report.oom else report.iteration_time_s
 
