@@ -63,7 +63,8 @@ VERIFY_TOLERANCE = 1e-4
 
 def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None, cache_dir: str | None = None,
                budget_s: float | None = None, verify: bool = False, exact_batch_stats: bool = False,
-               fallback: str = "error", inference: bool = False) -> "Distribution | Callable":
+               fallback: str = "error", inference: bool = False,
+               calibration: Any = "default") -> "Distribution | Callable":
     """Train the TF1 code run inside this context (or decorated function) distributed.
 
     strategy: "auto" (the best plan the planner gives), a baseline ("dp", "dp-p" with batch shares
@@ -81,6 +82,8 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
     fallback: what a training run that tag_tf cannot distribute does: "error" (default: raise the
         reason, naming the op) or "single" (log one warning with the reason and train on the user's
         own session, undistributed).
+    calibration: the simulator physics the planner judges plans with: "default" (the shipped fit
+        for the testbed/cloud presets, datasheet elsewhere), "nominal", or a `tag-tf calibrate` file.
     inference: also distribute graphs that never train: the first run fetching values computed
         from a batch input (predictions) is planned and compiled like a training run, forward only;
         fetched values are those of the single-device graph.
@@ -91,7 +94,7 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
         return Distribution()(strategy)
     return Distribution(strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir,
                         budget_s=budget_s, verify=verify, exact_batch_stats=exact_batch_stats,
-                        fallback=fallback, inference=inference)
+                        fallback=fallback, inference=inference, calibration=calibration)
 
 
 @dataclasses.dataclass
@@ -108,12 +111,13 @@ class Distribution:
 
     def __init__(self, *, strategy: Any = "auto", topology: Any = None, cluster: Any = None,
                  cache_dir: str | None = None, budget_s: float | None = None, verify: bool = False,
-                 exact_batch_stats: bool = False, fallback: str = "error", inference: bool = False):
+                 exact_batch_stats: bool = False, fallback: str = "error", inference: bool = False,
+                 calibration: Any = "default"):
         if fallback not in FALLBACKS:
             raise TagError(f"fallback={fallback!r}: expected one of {', '.join(map(repr, FALLBACKS))}")
         self.options = dict(strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir,
                             budget_s=budget_s, verify=verify, exact_batch_stats=exact_batch_stats,
-                            fallback=fallback, inference=inference)
+                            fallback=fallback, inference=inference, calibration=calibration)
         self.plans: list[Plan] = []
         self.programs: list[Program] = []
         self.target: Target | None = None
@@ -276,7 +280,8 @@ class Distribution:
         target = self.target
         target.check()                     # an unreachable cluster fails here, naming the task
         plan = resolve_strategy(analysis, target.topology, self.options["strategy"],
-                                cache_dir=self.options["cache_dir"], budget_s=self.options["budget_s"])
+                                cache_dir=self.options["cache_dir"], budget_s=self.options["budget_s"],
+                                calibration=self.options["calibration"])
         compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices,
                                     fetches=[f for f in fetches if f.rpartition(":")[0] in ir],
                                     run_ops=[r for r in roots if r in ir])

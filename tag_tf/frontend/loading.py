@@ -60,7 +60,7 @@ def load(args: argparse.Namespace, **model_extra: Any) -> Loaded:
 
 
 def strategy_from_spec(spec: str, analysis: Analysis, topology: Any, *, seed: int = 0,
-                       check_topology: bool = True, budget_s: float = 10.0) -> Any:
+                       check_topology: bool = True, budget_s: float = 10.0, sim: Any = None) -> Any:
     """`--strategy`: a baseline ("dp", "dp-p", "horovod", "horovod-p"; "heterog" is searched for
     `budget_s` seconds), "random" (seeded) or a strategy JSON file, checked against the graph (and,
     with `check_topology`, the topology it was made for)."""
@@ -76,7 +76,7 @@ def strategy_from_spec(spec: str, analysis: Analysis, topology: Any, *, seed: in
         from tag_tf.search.heterog import heterog
         from tag_tf.sim.simulator import Simulator
 
-        return heterog(Simulator(analysis, topology), topology, budget_s)
+        return heterog(sim or Simulator(analysis, topology), topology, budget_s)
     if spec == "random":
         return random_strategy(n, topology.num_devices, np.random.default_rng(seed))
     strategy = Strategy.load(spec)
@@ -90,8 +90,8 @@ FUSION_HELP = ("gradient buckets: 'none' (one reduction per tensor), a size such
                "size that simulates fastest); default: what the strategy says")
 
 
-def with_fusion(strategy: Any, spec: str | None, analysis: Analysis, topology: Any) -> Any:
-    """`--fusion`: override the strategy's gradient bucket cap."""
+def with_fusion(strategy: Any, spec: str | None, analysis: Analysis, topology: Any, sim: Any = None) -> Any:
+    """`--fusion`: override the strategy's gradient bucket cap (`auto`: judged by `sim`)."""
     import dataclasses
 
     from tag_tf.errors import TagError
@@ -104,7 +104,7 @@ def with_fusion(strategy: Any, spec: str | None, analysis: Analysis, topology: A
         from tag_tf.search.moves import Deadline, Evaluator, tune_fusion
         from tag_tf.sim.simulator import Simulator
 
-        cost = Evaluator(Simulator(analysis, topology))
+        cost = Evaluator(sim or Simulator(analysis, topology))
         return tune_fusion(cost, strategy, cost(strategy), Deadline.after(60.0))[0]
     from tag_tf.topology.units import parse_size
 

@@ -9,6 +9,7 @@ again. Given strategies (objects, files) are only validated.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -49,7 +50,8 @@ class Plan:
 DEFAULT_BUDGET_S = 30.0
 
 
-def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = None) -> Strategy:
+def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = None,
+             calibration: Any = "default") -> Strategy:
     """The named baseline for this analysis on this topology, stamped with both ("heterog" is
     searched for `budget_s` seconds)."""
     from tag_tf.search import baselines
@@ -59,7 +61,7 @@ def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = N
             from tag_tf.search.heterog import heterog
             from tag_tf.sim.simulator import Simulator
 
-            strategy = heterog(Simulator(analysis, topology), topology,
+            strategy = heterog(Simulator(analysis, topology, calibration=calibration), topology,
                                DEFAULT_BUDGET_S if budget_s is None else budget_s)
         else:
             strategy = baselines.baseline(name, len(analysis.grouping.groups), topology)
@@ -68,7 +70,7 @@ def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = N
     return dataclasses.replace(strategy, graph=analysis.graph.fingerprint, topology=topology.fingerprint)
 
 
-def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None) -> Strategy:
+def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None, calibration: Any = "default") -> Strategy:
     """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds:
     the better DP baseline by simulation, improved by the simulator-driven local search (the
     GNN-guided MCTS replaces the search when it lands). Shows a progress bar on terminals."""
@@ -76,7 +78,8 @@ def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None) -> 
     from tag_tf.sim.simulator import Simulator
 
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
-    result = local_search(Simulator(analysis, topology), topology, budget_s=budget, progress=True)
+    result = local_search(Simulator(analysis, topology, calibration=calibration), topology, budget_s=budget,
+                          progress=True)
     if not result.found:
         raise StrategyError(f"strategy='auto': no plan fits {topology.name!r}: {NOTHING_FITS} "
                             f"(batch {analysis.batch_size})")
@@ -120,7 +123,8 @@ def _given(request: Any) -> Strategy:
 
 def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cache_dir: str | None = None,
                      budget_s: float | None = None,
-                     planner: Callable[[Any, Any, str, float | None], Strategy] | None = None) -> Plan:
+                     planner: Callable[[Any, Any, str, float | None], Strategy] | None = None,
+                     calibration: Any = "default") -> Plan:
     """The strategy to compile `analysis` with on `topology`.
 
     `planner(analysis, topology, request, budget_s)` plans the PLANNED requests (default: `plan`);
@@ -134,7 +138,9 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
                           topology=topology.fingerprint)
         return Plan(strategy, key)
     cache = PlanCache(cache_dir)
-    path = cache.path(analysis.graph.fingerprint, topology.fingerprint, key, groups)
+    # A plan made under other physics is another plan: a non-default calibration keys its own entry.
+    physics = "" if calibration == "default" else f"+cal:{_calibration_key(calibration)}"
+    path = cache.path(analysis.graph.fingerprint, topology.fingerprint, key + physics, groups)
     cached = cache.load(path)
     if cached is not None:
         try:
@@ -145,18 +151,31 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
             log.info("plan cache hit: %s", path)
             return Plan(cached, key, cache_hit=True, cache_path=path)
     start = time.perf_counter()
-    strategy = (planner or plan)(analysis, topology, key, budget_s)
+    if planner is None:
+        planner = plan if calibration == "default" else functools.partial(plan, calibration=calibration)
+    strategy = planner(analysis, topology, key, budget_s)
     strategy.validate(groups, topology.num_devices)
     seconds = time.perf_counter() - start
     cache.store(path, strategy, key)
     return Plan(strategy, key, cache_hit=False, cache_path=path, seconds=seconds)
 
 
-def plan(analysis: Any, topology: Any, request: str, budget_s: float | None) -> Strategy:
+def plan(analysis: Any, topology: Any, request: str, budget_s: float | None, calibration: Any = "default") -> Strategy:
     """Plan a strategy for a PLANNED request (the hook the real search plugs into via choose_auto)."""
     if request == "auto":
-        return choose_auto(analysis, topology, budget_s)
-    return baseline(request, analysis, topology, budget_s)
+        return choose_auto(analysis, topology, budget_s, calibration)
+    return baseline(request, analysis, topology, budget_s, calibration)
+
+
+def _calibration_key(calibration: Any) -> str:
+    from tag_tf.sim.calibration import Calibration
+
+    if calibration is None or calibration == "nominal":
+        return "nominal"
+    if not isinstance(calibration, Calibration):
+        calibration = Calibration.load(os.fspath(calibration))
+    blob = json.dumps(dict(calibration.values), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from tag_tf.analysis import Analysis
 from tag_tf.analysis.simplify import training_ops
 from tag_tf.compiler.placement import mp_partition
 from tag_tf.errors import StrategyError
+from tag_tf.sim.calibration import resolve as resolve_calibration
 from tag_tf.sim.prepare import device_types, prepare
 from tag_tf.strategy import Option, Strategy
 
@@ -60,9 +61,11 @@ class SimReport:
 
 class Simulator:
     def __init__(self, analysis: Analysis, topology: Any, costs: Any = None, comm: Any = None,
-                 profile: Any = None):
+                 profile: Any = None, calibration: Any = "default"):
         """`costs`: OpCosts for the training ops (default: measured `profile` where its device type
-        matches, else the analytical model); `comm`: a CommModel with fitted transfers, or None."""
+        matches, else the analytical model); `comm`: a CommModel with fitted transfers, or None;
+        `calibration`: "default" (the shipped fit for the `testbed`/`cloud` presets, datasheet
+        physics elsewhere), None or "nominal" (datasheet), a calibration file or a Calibration."""
         from tag_tf import _simcore
 
         self.analysis = analysis
@@ -70,13 +73,34 @@ class Simulator:
         if costs is None:
             costs = training_costs(analysis, device_types(topology), profile)
         self.costs = costs
-        self.prepared = prepare(analysis, topology, costs, comm)
+        self.nominal = prepare(analysis, topology, costs, comm)
+        self.calibration = resolve_calibration(calibration, topology)
+        self.prepared = (self.nominal if self.calibration is None
+                         else self.calibration.apply(self.nominal, analysis, topology))
         self._native = _simcore.Simulator(self.prepared)
         self._mp_cache: dict[tuple[int, int], dict[str, int]] = {}
         self._op_index = {n: i for i, n in enumerate(analysis.planning.ops)}
         D = topology.num_devices
         self._num_devices = D
         self._link_names = self.prepared["link_names"]
+
+    def with_calibration(self, calibration: Any) -> "Simulator":
+        """The same graph and cluster under another calibration (op costs and expansion inputs are
+        reused: this is what a calibration fit evaluates many times)."""
+        from tag_tf import _simcore
+
+        other = object.__new__(Simulator)
+        other.__dict__.update(self.__dict__)
+        other.calibration = resolve_calibration(calibration, self.topology)
+        other.prepared = (self.nominal if other.calibration is None
+                          else other.calibration.apply(self.nominal, self.analysis, self.topology))
+        other._native = _simcore.Simulator(other.prepared)
+        other._mp_cache = dict(self._mp_cache)
+        return other
+
+    @property
+    def calibration_name(self) -> str:
+        return "nominal" if self.calibration is None else self.calibration.name
 
     @property
     def num_groups(self) -> int:

@@ -49,6 +49,8 @@ Every error is a TopologyError naming the file (if any) and the field, e.g.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 from typing import Any, Mapping, NoReturn
@@ -61,7 +63,7 @@ from tag_tf.topology.spec import DEFAULT_INTER_LATENCY, LINK_KINDS, GpuSpec, Mac
 from tag_tf.topology.units import (BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS, UnitError,
                                    parse_bandwidth, parse_size, parse_time)
 
-PRESETS = ("testbed", "cloud", "local", "local:N", "random:SEED")
+PRESETS = ("testbed", "cloud", "testbed-nominal", "cloud-nominal", "local", "local:N", "random:SEED")
 DEFAULT_LINK_BANDWIDTH = {"nvlink": 50e9, "pcie": 15.75e9, "local": 100e9}   # bytes/s
 
 _TOP_KEYS = ("name", "description", "units", "machines", "inter", "gpu_types")
@@ -97,6 +99,10 @@ def _load_preset(text: str) -> Topology | None:
     name, _, arg = text.lower().partition(":")
     if name in ("testbed", "cloud") and not arg:
         return presets.testbed() if name == "testbed" else presets.cloud()
+    if name in ("testbed-nominal", "cloud-nominal") and not arg:
+        # The same cluster, named so that it simulates with datasheet physics (no calibration).
+        base = presets.testbed() if name == "testbed-nominal" else presets.cloud()
+        return dataclasses.replace(base, name=name)
     if name == "local":
         if not arg:
             return presets.local()

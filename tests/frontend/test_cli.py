@@ -112,3 +112,55 @@ def test_verify_refuses_what_cannot_fit_in_memory(capsys):
     assert available_memory_bytes() < 40 * 2**30 * MEMORY_OVERHEAD, "this machine could run it: test needs a bigger model"
     assert code == 2 and len(err.splitlines()) == 1
     assert "needs about" in err and "GiB are available" in err and "--tiny" in err
+
+
+def test_simulate_names_its_calibration(capsys, tmp_path):
+    base = ["simulate", "--model", "cnn", "--tiny", "--batch", "64", "--strategy", "dp", "--json"]
+    _, calibrated, _ = run_json(capsys, *base, "--topology", "testbed")
+    _, nominal, _ = run_json(capsys, *base, "--topology", "testbed-nominal")
+    _, explicit, _ = run_json(capsys, *base, "--topology", "testbed", "--calibration", "nominal")
+    assert calibrated["calibration"] == "testbed" and nominal["calibration"] == explicit["calibration"] == "nominal"
+    assert nominal["iteration_time_s"] == explicit["iteration_time_s"] != calibrated["iteration_time_s"]
+    code = main(base + ["--topology", "testbed", "--calibration", str(tmp_path / "none.json")])
+    assert code == 2 and "no such calibration file" in capsys.readouterr().err
+
+
+def test_calibrate_fits_and_reports_fitted_and_held_out_apart(capsys, tmp_path):
+    """A user's own measurements: VGG-19 DP on two 1080 Ti machines (fit) and Horovod (held out)."""
+    two = {"name": "two", "machines": [{"name": "a", "gpus": "1x GTX1080Ti", "intra": "pcie 15.75GB/s"},
+                                       {"name": "b", "gpus": "1x GTX1080Ti", "intra": "pcie 15.75GB/s"}],
+           "inter": {"switch": "100Gbps", "latency": "25us"}}
+    rows = [{"id": f"dp/{b}", "model": "vgg19", "batch": b, "topology": "two", "strategy": "dp", "seconds": s,
+             "role": "fit"} for b, s in ((4, 0.1195), (8, 0.15))]
+    rows.append({"id": "hvd/4", "model": "vgg19", "batch": 4, "topology": "two", "strategy": "horovod",
+                 "seconds": 0.11, "role": "held_out"})
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({"format": "tag_tf.measurements/1", "topologies": {"two": two}, "measurements": rows}))
+    out = tmp_path / "cal.json"
+    code, result, _ = run_json(capsys, "calibrate", "--against", str(path), "--out", str(out), "--json")
+    assert code == 0 and out.exists()
+    cal = json.loads(out.read_text())
+    fit = cal["fit"]
+    assert set(fit["fitted"]) == {"dp/4", "dp/8"} and set(fit["held_out"]) == {"hvd/4"}
+    nominal_mape = sum(abs(fit["nominal"][k]["error"]) for k in fit["fitted"]) / len(fit["fitted"])
+    assert fit["mape_fitted"] < min(0.05, nominal_mape)
+    assert "inter_bw_eff" in fit["free_parameters"] and "intra_bw_eff" not in fit["free_parameters"]
+    assert cal["provenance"]["intra_bw_eff"].startswith("datasheet")
+    # The result plugs into simulate.
+    code, sim, _ = run_json(capsys, "simulate", "--model", "vgg19", "--batch", "32", "--topology", "testbed",
+                            "--calibration", str(out), "--json")
+    assert code == 0 and sim["calibration"] == "cal"
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"model": "vgg19", "topology": "testbed", "strategy": "dp", "seconds": 1.0}, "missing field 'id'"),
+    ({"id": "x", "model": "vgg19", "topology": "testbed", "strategy": "dp", "seconds": -1}, "'seconds' must be a positive"),
+    ({"id": "x", "model": "vgg19", "topology": "testbed", "strategy": "auto", "seconds": 1.0}, "strategy 'auto' cannot be simulated"),
+])
+def test_calibrate_names_bad_measurements(capsys, tmp_path, row, message):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format": "tag_tf.measurements/1", "measurements": [row]}))
+    code = main(["calibrate", "--against", str(path), "--out", str(tmp_path / "c.json")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and "measurements[0]" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "c.json").exists()

@@ -642,3 +642,16 @@ def test_inference_graph_distributed_only_when_asked(cache):
         for a, b in zip(other, results[0]):
             np.testing.assert_allclose(a["p"], b["p"], rtol=1e-5, atol=1e-7)
             np.testing.assert_allclose(a["m"], b["m"], rtol=1e-5, atol=1e-7)
+
+
+def test_failed_copy_back_is_an_error_not_a_log_line(cache):
+    """Leaving the context with the user's session open copies the trained values back; when that
+    fails the user's session would silently keep its old values, so leaving raises, naming it."""
+    model = Model()
+    with pytest.raises(TagError, match=r"could not copy the trained variables back"):
+        with dist(cache) as scope:
+            sess = tf.compat.v1.Session(graph=model.graph)
+            sess.run(model.init)
+            train_with_session(model, 1, sess)
+            scope._sessions[sess].runner.session.close()      # the compiled values are gone
+    sess.close()

@@ -130,10 +130,12 @@ def test_fused_buckets_match_the_compiler_and_cut_collectives(name):
 
 
 def test_horovod_beats_per_tensor_dp_on_latency_bound_models():
-    """ResNet-101 on the testbed: ~300 per-tensor collectives across 7 machines are latency-bound;
-    fused buckets are at least 2x faster (simulated), and nothing beats the compute lower bound."""
+    """ResNet-101 on the datasheet testbed: ~300 per-tensor collectives across 7 machines are
+    latency-bound; fused buckets are at least 2x faster (simulated), and nothing beats the compute
+    lower bound. (On the calibrated testbed the real transport makes it bandwidth- and compute-
+    bound, and Horovod gains little, as the paper measured.)"""
     _, a = analysis_of("resnet101", tiny=False)
-    topo = load_topology("testbed")
+    topo = load_topology("testbed-nominal")
     sim = Simulator(a, topo)
     dp = sim.simulate(baseline("dp", sim.num_groups, topo)).iteration_time_s
     hvd = sim.simulate(baseline("horovod", sim.num_groups, topo)).iteration_time_s

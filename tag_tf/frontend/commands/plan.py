@@ -16,6 +16,9 @@ def register(sub) -> None:
     p.add_argument("--budget", type=float, default=30.0, help="search budget in seconds (default 30)")
     p.add_argument("--groups", type=int, default=60)
     p.add_argument("--out", help="write the strategy JSON here (usable with simulate/verify/distribute)")
+    p.add_argument("--calibration", default="default",
+                   help="simulator physics: 'default' (the shipped fit for testbed/cloud, datasheet elsewhere), "
+                        "'nominal' (datasheet), or a calibration JSON from `tag-tf calibrate`")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -30,14 +33,14 @@ def run(args) -> int:
     ctx = PassContext(Options(num_groups=args.groups))
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
-    sim = Simulator(analysis, topology)
+    sim = Simulator(analysis, topology, calibration=args.calibration)
     result = local_search(sim, topology, budget_s=args.budget, progress=not args.json)
     if not result.found:
         raise StrategyError(f"no plan found for {loaded.source} on {topology.name}: {NOTHING_FITS} "
                             f"(batch {analysis.batch_size})")
     if args.out:
         result.strategy.save(args.out)
-    out = {"model": loaded.source, "topology": topology.name, "simulated": True,
+    out = {"model": loaded.source, "topology": topology.name, "calibration": sim.calibration_name, "simulated": True,
            "iteration_time_s": result.iteration_time_s,
            "baselines_s": {k: _seconds(v) for k, v in result.baselines.items()},
            "speedup_over_dp": result.speedup_over_dp, "best_baseline": result.best_baseline,

@@ -17,6 +17,9 @@ def register(sub) -> None:
     p.add_argument("--groups", type=int, default=60)
     p.add_argument("--trace", help="write a Chrome/Perfetto trace of the simulated iteration here")
     p.add_argument("--gantt", help="write a Gantt chart PNG of the simulated iteration here")
+    p.add_argument("--calibration", default="default",
+                   help="simulator physics: 'default' (the shipped fit for testbed/cloud, datasheet elsewhere), "
+                        "'nominal' (datasheet), or a calibration JSON from `tag-tf calibrate`")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -30,10 +33,10 @@ def run(args) -> int:
     ctx = PassContext(Options(num_groups=args.groups))
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
-    strategy = strategy_from_spec(args.strategy, analysis, topology)
-    strategy = with_fusion(strategy, args.fusion, analysis, topology)
     with ctx.timer("simulate/prepare"):
-        sim = Simulator(analysis, topology)
+        sim = Simulator(analysis, topology, calibration=args.calibration)
+    strategy = strategy_from_spec(args.strategy, analysis, topology, sim=sim)
+    strategy = with_fusion(strategy, args.fusion, analysis, topology, sim=sim)
     detail = bool(args.trace or args.gantt)
     report = sim.simulate(strategy, detail=detail)
     if detail:
@@ -45,7 +48,7 @@ def run(args) -> int:
             from tag_tf.sim.gantt import plot_gantt
             plot_gantt(graph, result, args.gantt,
                        title=f"{loaded.source} on {topology.name}, {args.strategy} (simulated)")
-    out = {"model": loaded.source, "topology": topology.name, "strategy": args.strategy, "simulated": True,
+    out = {"model": loaded.source, "topology": topology.name, "calibration": sim.calibration_name, "strategy": args.strategy, "simulated": True,
            **report.to_dict(), "lower_bound_s": sim.lower_bound_s(), "fusion_bytes": strategy.fusion_bytes,
            "costs": dict(sim.costs.source), "timers": ctx.timing_report()}
     if args.json:

@@ -1,0 +1,142 @@
+"""Fit a `Calibration` to measured per-iteration times: bounded least squares on log time.
+
+Each case is a simulator (nominal physics) with the strategy that was measured and the measured
+seconds. The fit moves the free parameters (in log space for rates and fractions, linear for the
+per-op overhead, which may be 0) with a projected Levenberg-Marquardt on
+
+    r_i = ln(simulated_i) - ln(measured_i)          (one per fitted figure)
+    p_k = PRIOR_WEIGHT * (x_k - x_k(nominal)) / width_k     (a weak pull to the datasheet)
+
+The prior keeps parameters the figures cannot identify (e.g. the V100's efficiency when every DP
+step waits for the slower GPUs) near their datasheet values instead of drifting. No per-model
+parameter exists anywhere: every case shares the same physics.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tag_tf.errors import TagError
+from tag_tf.sim.calibration import Calibration, parameter_of
+
+PRIOR_WEIGHT = 0.05
+MAX_ITERATIONS = 40
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    label: str             # e.g. "testbed/dp/vgg19"
+    sim: Any               # Simulator with nominal physics (calibration=None)
+    strategy: Any          # tag_tf.strategy.Strategy
+    seconds: float         # measured
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    calibration: Calibration
+    residuals: dict[str, float]        # label -> simulated/measured - 1 (relative error)
+    simulated: dict[str, float]
+    iterations: int
+    evaluations: int
+
+    @property
+    def mape(self) -> float:
+        return float(np.mean([abs(r) for r in self.residuals.values()])) if self.residuals else 0.0
+
+
+def _encode(name: str, value: float) -> float:
+    return value / 1e-5 if name == "op_overhead_s" else math.log(value)
+
+
+def _decode(name: str, x: float) -> float:
+    return x * 1e-5 if name == "op_overhead_s" else math.exp(x)
+
+
+def _bounds(name: str) -> tuple[float, float]:
+    spec = parameter_of(name)
+    return _encode(name, spec.low if spec.low > 0 or name == "op_overhead_s" else 1e-12), _encode(name, spec.high)
+
+
+def simulate_cases(cases: Sequence[Case], calibration: Calibration | None) -> list[float]:
+    """Simulated seconds of every case under `calibration` (inf where a case runs out of memory)."""
+    out = []
+    for case in cases:
+        report = case.sim.with_calibration(calibration).simulate(case.strategy)
+        out.append(math.inf if report.oom else float(report.iteration_time_s))
+    return out
+
+
+def fit(cases: Sequence[Case], free: Sequence[str], *, name: str = "fitted", start: dict[str, float] | None = None,
+        fixed: dict[str, float] | None = None, progress: Callable[[int, float], None] | None = None) -> FitResult:
+    """Fit the `free` parameters (names as in PARAMETERS, `compute_eff:<GPU type>` per type) to
+    `cases`; `fixed` values are held; `start` defaults to nominal values."""
+    if not cases:
+        raise TagError("calibrate: no measurements to fit")
+    free = list(dict.fromkeys(free))
+    fixed = dict(fixed or {})
+    nominal = {k: (parameter_of(k).nominal if k != "inter_latency_s" else _latency_nominal(cases)) for k in free}
+    x0 = np.array([_encode(k, (start or {}).get(k, nominal[k])) for k in free])
+    prior = np.array([_encode(k, nominal[k]) for k in free])
+    lo = np.array([_bounds(k)[0] for k in free])
+    hi = np.array([_bounds(k)[1] for k in free])
+    width = np.maximum(hi - lo, 1e-9)
+    measured = np.log([c.seconds for c in cases])
+    evaluations = 0
+
+    def calibration_at(x: np.ndarray) -> Calibration:
+        values = dict(fixed)
+        values.update({k: float(np.clip(_decode(k, xi), parameter_of(k).low, parameter_of(k).high))
+                       for k, xi in zip(free, x)})
+        return Calibration(name, values)
+
+    def residual(x: np.ndarray) -> np.ndarray:
+        nonlocal evaluations
+        evaluations += 1
+        sim = np.array(simulate_cases(cases, calibration_at(x)))
+        sim = np.where(np.isfinite(sim), sim, 1e3)          # OOM: far off, but finite for the solver
+        return np.concatenate([np.log(sim) - measured, PRIOR_WEIGHT * (x - prior) / width])
+
+    x = np.clip(x0, lo, hi)
+    r = residual(x)
+    cost = float(r @ r)
+    damping = 1e-2
+    iterations = 0
+    for iterations in range(1, MAX_ITERATIONS + 1):
+        J = np.empty((len(r), len(x)))
+        for k in range(len(x)):
+            h = 1e-3 * max(1.0, abs(x[k]))
+            step = x.copy()
+            step[k] = step[k] + h if step[k] + h <= hi[k] else step[k] - h
+            J[:, k] = (residual(step) - r) / (step[k] - x[k])
+        g = J.T @ r
+        A = J.T @ J
+        improved = False
+        for _ in range(8):
+            delta = np.linalg.solve(A + damping * np.diag(np.diag(A) + 1e-9), -g)
+            candidate = np.clip(x + delta, lo, hi)
+            rc = residual(candidate)
+            cc = float(rc @ rc)
+            if cc < cost:
+                x, r, cost = candidate, rc, cc
+                damping = max(damping / 3, 1e-6)
+                improved = True
+                break
+            damping *= 4
+        if progress is not None:
+            progress(iterations, cost)
+        if not improved or np.max(np.abs(delta)) < 1e-4:
+            break
+    calibration = calibration_at(x)
+    simulated = simulate_cases(cases, calibration)
+    residuals = {c.label: s / c.seconds - 1 for c, s in zip(cases, simulated)}
+    return FitResult(calibration, residuals, {c.label: s for c, s in zip(cases, simulated)}, iterations, evaluations)
+
+
+def _latency_nominal(cases: Sequence[Case]) -> float:
+    return float(cases[0].sim.topology.inter_latency)
+
+
+__all__ = ["Case", "FitResult", "fit", "simulate_cases"]

@@ -1,0 +1,130 @@
+"""Calibration: named physical parameters, validated files, nominal presets unchanged, and a fit that
+recovers parameters from measurements the simulator itself generated."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import analysis_of
+from tag_tf.errors import TagError
+from tag_tf.search.baselines import baseline
+from tag_tf.search.calibration_fit import Case, fit, simulate_cases
+from tag_tf.sim.calibration import PARAMETERS, REQUIRED, Calibration, default_calibration, shipped_path
+from tag_tf.sim.simulator import Simulator
+from tag_tf.topology.parse import load_topology, topology_from_dict
+
+NOMINAL = {k: PARAMETERS[k.partition(":")[0]].nominal for k in REQUIRED}
+
+
+def full(**values) -> Calibration:
+    return Calibration("test", {**NOMINAL, **values})
+
+
+def test_nominal_values_change_nothing_and_nominal_presets_are_todays():
+    """All-nominal physics reproduces the datasheet simulator exactly, and `testbed-nominal`
+    simulates what `testbed` did before calibrations existed."""
+    _, a = analysis_of("cnn", batch_size=64)
+    for preset in ("testbed", "cloud"):
+        topo = load_topology(preset)
+        plain = Simulator(a, topo, calibration=None)
+        for name in ("dp", "horovod", "dp-p"):
+            s = baseline(name, plain.num_groups, topo)
+            t = plain.simulate(s).iteration_time_s
+            assert plain.with_calibration(full()).simulate(s).iteration_time_s == pytest.approx(t, rel=1e-12)
+            nominal = Simulator(a, load_topology(f"{preset}-nominal"))
+            assert nominal.calibration is None and nominal.simulate(s).iteration_time_s == t
+
+
+def test_parameters_move_the_simulation_the_physical_way():
+    _, a = analysis_of("cnn", batch_size=64)
+    topo = load_topology("testbed")
+    sim = Simulator(a, topo, calibration=None)
+    dp = baseline("dp", sim.num_groups, topo)
+    base = sim.simulate(dp).iteration_time_s
+    slower = {"compute_eff:GTX1080Ti": 0.2, "compute_eff:P100": 0.2, "compute_eff:V100-32GB": 0.2}
+    assert sim.with_calibration(full(**slower)).simulate(dp).iteration_time_s > base
+    assert sim.with_calibration(full(op_overhead_s=50e-6)).simulate(dp).iteration_time_s > base
+    assert sim.with_calibration(full(inter_bw_eff=0.05, inter_latency_s=1e-3)).simulate(dp).iteration_time_s > base
+    # CPU devices (this machine, profiled for real) are never recalibrated.
+    local = Simulator(a, load_topology("local:2"), calibration=None)
+    s = baseline("dp", local.num_groups, local.topology)
+    assert local.with_calibration(full(**slower, op_overhead_s=1e-4)).simulate(s).iteration_time_s == \
+        local.simulate(s).iteration_time_s
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"op_overhead_s": 0.5}, r"'op_overhead_s' = 0.5 s/op is outside its plausible range \[0, 0.0003\]"),
+    ({"inter_bw_eff": 3.0}, r"'inter_bw_eff' = 3 fraction is outside its plausible range"),
+    ({"compute_eff:V100-32GB": float("nan")}, r"'compute_eff:V100-32GB' must be a finite number"),
+    ({"warp_speed": 1.0}, r"unknown calibration parameter 'warp_speed'"),
+])
+def test_bad_parameter_values_are_named(values, message):
+    with pytest.raises(TagError, match=message):
+        full(**values)
+
+
+def test_calibration_file_round_trip_and_missing_parameter(tmp_path):
+    cal = full(**{"compute_eff:T4": 0.4, "inter_bw_eff": 0.3})
+    path = tmp_path / "cal.json"
+    cal.save(str(path))
+    back = Calibration.load(str(path))
+    assert back.values == cal.values and back.value("compute_eff:T4") == 0.4
+    assert back.value("compute_eff:P100") == NOMINAL["compute_eff:*"]       # compute_eff:* covers it
+    data = json.loads(path.read_text())
+    del data["values"]["inter_latency_s"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(TagError, match=r"cal.json: parameter 'inter_latency_s' is missing"):
+        Calibration.load(str(path))
+    data["values"]["inter_latency_s"] = 10.0
+    path.write_text(json.dumps(data))
+    with pytest.raises(TagError, match=r"cal.json: .*'inter_latency_s' = 10 s is outside its plausible range"):
+        Calibration.load(str(path))
+    with pytest.raises(TagError, match="no such calibration file"):
+        Calibration.load(str(tmp_path / "nope.json"))
+
+
+def test_presets_name_their_default_calibration():
+    for preset in ("testbed", "cloud"):
+        cal = default_calibration(load_topology(preset))
+        assert cal is not None and shipped_path(preset).endswith(f"calibration_{preset}.json")
+        assert set(REQUIRED) <= set(cal.values)
+    assert default_calibration(load_topology("testbed-nominal")) is None
+    assert default_calibration(load_topology("local:2")) is None
+
+
+def _topology(name, machines):
+    return topology_from_dict({"name": name, "machines": machines, "inter": {"switch": "25Gbps", "latency": "25us"}})
+
+
+def test_fit_recovers_parameters_from_simulated_measurements():
+    """Measurements generated by the simulator under a known calibration (several models, batch
+    sizes, clusters and strategies) are fitted back to that calibration."""
+    truth = full(**{"compute_eff:V100-32GB": 0.45, "compute_eff:GTX1080Ti": 0.7, "op_overhead_s": 20e-6,
+                    "inter_bw_eff": 0.3, "inter_latency_s": 300e-6})
+    clusters = [_topology("one-v100", [{"name": "a", "gpus": "1x V100-32GB", "intra": "nvlink 50GB/s"}]),
+                _topology("one-1080", [{"name": "a", "gpus": "1x GTX1080Ti", "intra": "pcie 15.75GB/s"}]),
+                _topology("two-1080", [{"name": "a", "gpus": "1x GTX1080Ti", "intra": "pcie 15.75GB/s"},
+                                       {"name": "b", "gpus": "1x GTX1080Ti", "intra": "pcie 15.75GB/s"}]),
+                _topology("mixed", [{"name": "a", "gpus": "1x V100-32GB", "intra": "nvlink 50GB/s"},
+                                    {"name": "b", "gpus": "1x GTX1080Ti", "intra": "pcie 15.75GB/s"}])]
+    cases = []
+    for model, batch in (("mlp", 64), ("mlp", 1024), ("cnn", 16), ("cnn", 128)):
+        _, a = analysis_of(model, batch_size=batch, tiny=False)      # compute that shows
+        for topo in clusters:
+            sim = Simulator(a, topo, calibration=None)
+            for name in (("dp", "horovod") if topo.num_devices > 1 else ("dp",)):
+                strategy = baseline(name, sim.num_groups, topo)
+                cases.append(Case(f"{model}/{batch}/{topo.name}/{name}", sim, strategy, 1.0))
+    measured = simulate_cases(cases, truth)
+    cases = [Case(c.label, c.sim, c.strategy, t) for c, t in zip(cases, measured)]
+    free = ["compute_eff:V100-32GB", "compute_eff:GTX1080Ti", "op_overhead_s", "inter_bw_eff", "inter_latency_s"]
+    result = fit(cases, free)
+    assert result.mape < 0.02, result.residuals
+    for key in free:
+        got, want = result.calibration.value(key), truth.value(key)
+        assert got == pytest.approx(want, rel=0.25), (key, got, want)
+    # Starting far away, the nominal calibration was off by much more.
+    nominal = simulate_cases(cases, None)
+    assert np.mean([abs(s / c.seconds - 1) for c, s in zip(cases, nominal)]) > 0.3
