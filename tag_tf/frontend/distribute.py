@@ -135,6 +135,8 @@ class Distribution:
             raise TagError("this tag_tf.distribute(...) context is already active")
         check_request(self.options["strategy"])      # a bad strategy fails here, not mid-training
         self.target = resolve_target(self.options["topology"], self.options["cluster"])
+        if self.target.role is not None:
+            self._join_cluster(self.target.role)     # a non-chief task never returns from here
         self._start_logging()
         self._active = True
         install(self)
@@ -153,11 +155,35 @@ class Distribution:
                         state.runner.close()
         finally:
             self._sessions = weakref.WeakKeyDictionary()
+            if self.target is not None and self.target.role is not None:
+                self._end_cluster_run(self.target.role)
             self._stop_logging()
         if failed and exc_type is None:
             # The user's session would silently keep its pre-training values: never that.
             raise TagError(f"could not copy the trained variables back to the user's session on leaving "
                            f"tag_tf.distribute: {failed[0]}")
+
+    # -- one script on every task (TF_CONFIG, ClusterResolver) -------------------------------------
+    def _join_cluster(self, role: Any) -> None:
+        """Every task serves its machine; the chief waits for the others and drives the run, any
+        other task blocks until the chief ends it, then ends this process (0; 1 if the chief is lost)."""
+        from tag_tf.runtime import roles
+
+        self._server = roles.start_server(role)
+        if role.is_chief:
+            roles.wait_for_tasks(role)
+            return
+        code = roles.serve_until_done(role, self._server)
+        log.info("tag_tf: task %d: the chief ended the run", role.task)
+        raise SystemExit(code)
+
+    def _end_cluster_run(self, role: Any) -> None:
+        from tag_tf.runtime import roles
+
+        failed = roles.end_run(role)
+        if failed:
+            log.warning("tag_tf: could not tell task(s) %s that the run is over; they exit once the chief's "
+                        "server is gone", ", ".join(map(str, failed)))
 
     def __call__(self, func: Callable) -> Callable:
         """As a decorator: every call runs in a fresh context with the same options."""

@@ -19,6 +19,7 @@ class Target:
     devices: Any               # tag_tf.compiler.DeviceMap
     cluster: Any = None        # tag_tf.runtime.cluster.ClusterSpec, or None for this process
     num_cpus: int = 1          # virtual CPU devices this process needs (local runs)
+    role: Any = None           # tag_tf.runtime.roles.Role: cluster from TF_CONFIG or a ClusterResolver
 
     def check(self) -> None:
         if self.cluster is not None:
@@ -58,11 +59,29 @@ class Target:
 
 
 def resolve_target(topology: Any = None, cluster: Any = None) -> Target:
-    """Topology + cluster -> the devices compiled graphs run on; TopologyError when they cannot run."""
+    """Topology + cluster -> the devices compiled graphs run on; TopologyError when they cannot run.
+
+    `cluster`: None (then `TF_CONFIG` when it is set), "tf_config", a ClusterResolver, a ClusterSpec
+    or a cluster file."""
     from tag_tf.compiler import DeviceMap
+    from tag_tf.errors import ClusterError
+    from tag_tf.runtime import roles
     from tag_tf.runtime.cluster import ClusterSpec, cpu_topology
     from tag_tf.topology import load_topology, local
 
+    role = None
+    if cluster is None:
+        role = roles.from_tf_config()
+    elif isinstance(cluster, str) and cluster.lower() == "tf_config":
+        role = roles.from_tf_config()
+        if role is None:
+            raise ClusterError("cluster='tf_config': TF_CONFIG is not set, or names a single task or an evaluator")
+    elif roles.is_resolver(cluster):
+        role = roles.from_resolver(cluster)
+        if role is None:
+            raise ClusterError(f"{type(cluster).__name__}: this task is an evaluator, which takes no part in training")
+    if role is not None:
+        cluster = role.spec
     if cluster is not None:
         spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.load(os.fspath(cluster))
         topo = cpu_topology(len(spec.tasks), spec.cpus_per_task) if topology is None else load_topology(topology)
@@ -73,7 +92,7 @@ def resolve_target(topology: Any = None, cluster: Any = None) -> Target:
             if all(g.type == "cpu" for g in m.gpus) and m.num_gpus > spec.cpus_per_task:
                 raise TopologyError(f"topology {topo.name!r}: machine {m.name!r} has {m.num_gpus} CPU devices "
                                     f"but the cluster's servers have cpus_per_task={spec.cpus_per_task}")
-        return Target(topo, DeviceMap.for_topology(topo, job=spec.job), spec)
+        return Target(topo, DeviceMap.for_topology(topo, job=spec.job), spec, role=role)
     topo = local() if topology is None else load_topology(topology)
     _check_runs_here(topo)
     if all(d.type == "cpu" for d in topo.devices):

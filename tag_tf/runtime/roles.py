@@ -1,0 +1,203 @@
+"""The ecosystem's cluster conventions: `TF_CONFIG` and `ClusterResolver`s, one script on every task.
+
+Kubernetes TFJob operators, managed training services and SLURM start the *same* script on every
+task, each told its role (`TF_CONFIG` = {"cluster": {"chief": [...], "worker": [...]}, "task":
+{"type": ..., "index": ...}}, or a resolver). tag_tf maps that onto its own cluster: machine i is
+the i-th task in the order chief, workers, parameter servers (evaluators take no part), every task
+runs a TensorFlow server, and
+
+- the chief (the "chief" task, else worker 0) plans, compiles and drives the run, as with a
+  cluster file;
+- every other task serves until the chief says the run is over, then its `distribute` ends the
+  process with status 0 (as Estimator turns `ps` tasks into servers). A chief that disappears is
+  named, and the task exits with status 1 instead of waiting forever.
+
+The end-of-run signal is a queue on each task's own CPU, shared by name across sessions: the
+chief enqueues one token on every task when it leaves `distribute`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any, Mapping
+
+from tag_tf.errors import ClusterError
+from tag_tf.runtime.cluster import DEFAULT_TIMEOUT_MS, ClusterSpec
+
+ROLE_ORDER = ("chief", "master", "worker", "ps")     # machine order; "evaluator" takes no part
+DONE_QUEUE = "tag_tf_run_done"
+CHIEF_GRACE_S = 30.0          # how long a task tolerates an unreachable chief ($TAG_TF_CHIEF_GRACE_S)
+POLL_S = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Role:
+    spec: ClusterSpec            # the whole cluster, task i = machine i
+    task: int                    # this process's machine
+    chief: int = 0               # the machine that drives the run
+
+    @property
+    def is_chief(self) -> bool:
+        return self.task == self.chief
+
+
+def from_cluster_dict(cluster: Mapping[str, Any], task_type: str, task_index: int, *, where: str,
+                      cpus_per_task: int = 1, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Role | None:
+    """The Role of task (`task_type`, `task_index`) in a TF cluster dict; None for an evaluator."""
+    if not isinstance(cluster, Mapping) or not cluster:
+        raise ClusterError(f"{where}: 'cluster' must map job names to lists of host:port")
+    unknown = [job for job in cluster if job not in ROLE_ORDER + ("evaluator",)]
+    if unknown:
+        raise ClusterError(f"{where}: job {unknown[0]!r} is not one of {', '.join(ROLE_ORDER + ('evaluator',))}")
+    tasks: list[str] = []
+    first: dict[str, int] = {}
+    for job in ROLE_ORDER:
+        addresses = cluster.get(job) or []
+        if isinstance(addresses, Mapping):        # sparse form {index: address}
+            addresses = [addresses[k] for k in sorted(addresses, key=int)]
+        for i, address in enumerate(addresses):
+            if not isinstance(address, str) or ":" not in address:
+                raise ClusterError(f"{where}: cluster.{job}[{i}] must be 'host:port', got {address!r}")
+        first[job] = len(tasks)
+        tasks.extend(addresses)
+    if task_type == "evaluator":
+        return None
+    if task_type not in first or not 0 <= task_index < len(cluster.get(task_type) or []):
+        raise ClusterError(f"{where}: task {task_type}:{task_index} is not in the cluster "
+                           f"({', '.join(f'{j}: {len(cluster.get(j) or [])}' for j in ROLE_ORDER if cluster.get(j))})")
+    if not tasks:
+        raise ClusterError(f"{where}: the cluster has no chief or worker tasks")
+    spec = ClusterSpec(tuple(tasks), "worker", cpus_per_task, timeout_ms)
+    return Role(spec, first[task_type] + task_index, 0)
+
+
+def from_tf_config(text: str | None = None, **kwargs: Any) -> Role | None:
+    """The Role described by `TF_CONFIG` (or `text`); None when it is unset or names one task only."""
+    text = os.environ.get("TF_CONFIG") if text is None else text
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ClusterError(f"TF_CONFIG is not JSON ({e})") from None
+    if not isinstance(data, Mapping):
+        raise ClusterError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
+    cluster, task = data.get("cluster"), data.get("task") or {}
+    if not cluster:
+        return None
+    if not isinstance(task, Mapping) or "type" not in task:
+        raise ClusterError("TF_CONFIG: field 'task' must give this process's 'type' (and 'index')")
+    index = task.get("index", 0)
+    if not isinstance(index, int):
+        raise ClusterError(f"TF_CONFIG: task.index must be an integer, got {index!r}")
+    role = from_cluster_dict(cluster, str(task["type"]), index, where="TF_CONFIG", **kwargs)
+    if role is not None and len(role.spec.tasks) == 1:
+        return None                                    # a cluster of one: nothing to distribute over
+    return role
+
+
+def from_resolver(resolver: Any, **kwargs: Any) -> Role | None:
+    """The Role of this process from a `tf.distribute.cluster_resolver.ClusterResolver`."""
+    cluster = resolver.cluster_spec().as_dict()
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type is None:
+        raise ClusterError(f"{type(resolver).__name__}: no task type for this process (set task_type/task_id)")
+    return from_cluster_dict(cluster, str(task_type), int(task_id or 0), where=type(resolver).__name__, **kwargs)
+
+
+def is_resolver(obj: Any) -> bool:
+    return all(hasattr(obj, a) for a in ("cluster_spec", "task_type", "task_id"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving and ending a run
+# ---------------------------------------------------------------------------------------------
+def start_server(role: Role) -> Any:
+    """This task's TensorFlow server, in this process (every task of a tag_tf cluster runs one)."""
+    import tensorflow as tf
+
+    cluster = tf.train.ClusterSpec({role.spec.job: list(role.spec.tasks)})
+    server = tf.distribute.Server(cluster, job_name=role.spec.job, task_index=role.task,
+                                  config=role.spec.server_config(), start=True)
+    print(f"tag_tf: task {role.task} serving on {role.spec.tasks[role.task]}; anyone who can reach this "
+          f"port can run code as this user: keep the cluster on a trusted network", file=sys.stderr, flush=True)
+    return server
+
+
+def wait_for_tasks(role: Role, timeout_s: float = 120.0) -> None:
+    """On the chief: wait until every task's server accepts connections (launchers start all tasks
+    at once, in no particular order); ClusterError naming the missing ones after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        dead = role.spec.unreachable(timeout_s=1.0)
+        if not dead:
+            return
+        if time.monotonic() > deadline:
+            names = ", ".join(f"task {i} ({role.spec.tasks[i]})" for i in dead)
+            raise ClusterError(f"cluster: {names} not reachable after {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+def _done_queue(tf: Any, task: int, job: str) -> Any:
+    with tf.device(f"/job:{job}/replica:0/task:{task}/device:CPU:0"):
+        return tf.queue.FIFOQueue(1 << 10, [tf.int32], shapes=[[]], shared_name=DONE_QUEUE, name=DONE_QUEUE)
+
+
+def serve_until_done(role: Role, server: Any) -> int:
+    """Block until the chief ends the run (0), or it has been unreachable for CHIEF_GRACE_S (1)."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        dequeue = _done_queue(tf, role.task, role.spec.job).dequeue()
+    config = role.spec.session_config()
+    config.operation_timeout_in_ms = int(POLL_S * 1000)
+    # This task's devices only: a session's master otherwise enlists every task of the cluster, and
+    # each timed-out poll would then disturb the chief's steps running there.
+    config.device_filters.append(f"/job:{role.spec.job}/replica:0/task:{role.task}")
+    grace = float(os.environ.get("TAG_TF_CHIEF_GRACE_S", CHIEF_GRACE_S))
+    lost_since: float | None = None
+    with tf.compat.v1.Session(server.target, graph=graph, config=config) as sess:
+        while True:
+            try:
+                sess.run(dequeue)
+                print(f"tag_tf: task {role.task}: the chief ended the run", file=sys.stderr, flush=True)
+                return 0
+            except tf.errors.DeadlineExceededError:
+                pass
+            chief = ClusterSpec((role.spec.tasks[role.chief],), role.spec.job)
+            if chief.unreachable(timeout_s=1.0):
+                lost_since = lost_since or time.monotonic()
+                if time.monotonic() - lost_since > grace:
+                    print(f"tag_tf: task {role.task}: the chief (task {role.chief}, {role.spec.tasks[role.chief]}) "
+                          f"has been unreachable for {grace:.0f} s; giving up", file=sys.stderr, flush=True)
+                    return 1
+            else:
+                lost_since = None
+
+
+def end_run(role: Role) -> list[int]:
+    """From the chief: tell every other task the run is over. Returns the tasks that could not be told."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    others = [t for t in range(len(role.spec.tasks)) if t != role.chief]
+    with graph.as_default():
+        enqueues = {t: _done_queue(tf, t, role.spec.job).enqueue(1) for t in others}
+    config = role.spec.session_config()
+    config.operation_timeout_in_ms = 10_000
+    failed = []
+    with tf.compat.v1.Session(role.spec.target, graph=graph, config=config) as sess:
+        for t, op in enqueues.items():
+            try:
+                sess.run(op)
+            except tf.errors.OpError:
+                failed.append(t)
+    return failed
+
+
+__all__ = ["Role", "end_run", "wait_for_tasks", "from_cluster_dict", "from_resolver", "from_tf_config", "is_resolver",
+           "serve_until_done", "start_server"]

@@ -1,0 +1,112 @@
+"""One unchanged TF1 script on every task, each with its own TF_CONFIG (as Kubernetes runs it): the
+chief plans, compiles and drives the run over every task's server; the other tasks serve and exit 0
+when the chief is done. Never again does each task silently train its own copy."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tag_tf.errors import ClusterError
+from tag_tf.runtime.cluster import free_ports
+from tag_tf.runtime.roles import from_cluster_dict, from_resolver, from_tf_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "examples", "mnist_mlp_session.py")
+
+
+def test_tf_config_roles_and_machine_order():
+    cluster = {"chief": ["h0:1"], "worker": ["h1:1", "h2:1"], "ps": ["h3:1"], "evaluator": ["h4:1"]}
+    chief = from_tf_config(json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}}))
+    assert chief.spec.tasks == ("h0:1", "h1:1", "h2:1", "h3:1") and chief.is_chief and chief.task == 0
+    w1 = from_tf_config(json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))
+    assert w1.task == 2 and not w1.is_chief
+    assert from_tf_config(json.dumps({"cluster": cluster, "task": {"type": "evaluator", "index": 0}})) is None
+    # Without a chief, worker 0 drives (TF's convention).
+    w0 = from_tf_config(json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}))
+    assert w0.is_chief and w0.spec.tasks == ("a:1", "b:1")
+    # A cluster of one task, or no TF_CONFIG: nothing to distribute over.
+    assert from_tf_config(json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}})) is None
+    assert from_tf_config("") is None
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{nope", "TF_CONFIG is not JSON"),
+    (json.dumps({"cluster": {"worker": ["a:1", "b:1"]}}), "field 'task'"),
+    (json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 5}}),
+     "task worker:5 is not in the cluster"),
+    (json.dumps({"cluster": {"worker": ["a:1", "nocolon"]}, "task": {"type": "worker", "index": 0}}),
+     "cluster.worker[1] must be 'host:port'"),
+    (json.dumps({"cluster": {"trainer": ["a:1"]}, "task": {"type": "trainer", "index": 0}}), "job 'trainer'"),
+])
+def test_bad_tf_config_is_named(text, message):
+    with pytest.raises(ClusterError, match=re.escape(message)):
+        from_tf_config(text)
+
+
+def test_cluster_resolvers():
+    import tensorflow as tf
+
+    spec = tf.train.ClusterSpec({"worker": ["a:1", "b:1"], "chief": ["c:1"]})
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, task_type="worker", task_id=1)
+    role = from_resolver(resolver)
+    assert role.spec.tasks == ("c:1", "a:1", "b:1") and role.task == 2
+    assert from_cluster_dict({"worker": ["a:1"]}, "worker", 0, where="x").is_chief
+
+
+def _launch(tf_config: dict | None, model_dir: str, cache: str, *extra: str) -> subprocess.Popen:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=cache)
+    env.pop("TF_CONFIG", None)
+    if tf_config is not None:
+        env["TF_CONFIG"] = json.dumps(tf_config)
+    return subprocess.Popen([sys.executable, SCRIPT, "--tiny", "--steps", "3", "--batch", "12", "--strategy", "dp",
+                             "--model-dir", model_dir, *extra], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _losses(text: str) -> list[float]:
+    return [float(x) for x in re.findall(r"loss ([0-9.]+)", text)]
+
+
+def test_one_script_three_tasks_with_tf_config(tmp_path):
+    """chief + 2 workers on 127.0.0.1, the example script unchanged in each: the chief trains over
+    the three servers (3 machines) with the plain run's losses; every process exits 0."""
+    ports = free_ports(3)
+    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
+    cache = str(tmp_path / "cache")
+    tasks = [("worker", 0), ("worker", 1), ("chief", 0)]        # workers first: the chief finds them up
+    procs = [_launch({"cluster": cluster, "task": {"type": t, "index": i}}, str(tmp_path / f"{t}{i}"), cache)
+             for t, i in tasks]
+    plain = _launch(None, str(tmp_path / "plain"), cache, "--plain")
+    outputs = []
+    try:
+        for p in procs + [plain]:
+            outputs.append(p.communicate(timeout=300))
+    finally:
+        for p in procs + [plain]:
+            if p.poll() is None:
+                p.kill()
+    for p, (out, err) in zip(procs + [plain], outputs):
+        assert p.returncode == 0, f"{p.args}\n{out}\n{err[-3000:]}"
+    chief_out, chief_err = outputs[2]
+    assert "on 3 device(s)" in chief_err and "cpu-3x1" in chief_err       # the chief drove all three tasks
+    for out, _ in outputs[:2]:
+        assert _losses(out) == []                                           # the workers trained nothing
+    np.testing.assert_allclose(_losses(chief_out), _losses(outputs[3][0]), rtol=1e-4)
+
+
+def test_a_task_whose_chief_never_comes_names_it_and_exits_1(tmp_path):
+    ports = free_ports(2)
+    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CHIEF_GRACE_S="3",
+               TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
+    p = subprocess.run([sys.executable, SCRIPT, "--tiny", "--steps", "1", "--strategy", "dp"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert f"the chief (task 0, 127.0.0.1:{ports[0]}) has been unreachable for 3 s" in p.stderr
+    assert "loss" not in p.stdout
