@@ -24,7 +24,9 @@ from tag_tf.strategy import Strategy
 log = logging.getLogger("tag_tf.planning")
 
 PLANNED = ("auto", "dp", "dp-p", "horovod", "horovod-p", "heterog")
-CACHE_FORMAT = "tag_tf.plan/1"
+CACHE_FORMAT = "tag_tf.plan/2"
+# Bumped whenever the planner's choices change for the same inputs: older cached plans then miss.
+PLANNER_VERSION = "local-search/3"
 CACHE_ENV = "TAG_TF_CACHE_DIR"
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +142,8 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
     cache = PlanCache(cache_dir)
     # A plan made under other physics is another plan: a non-default calibration keys its own entry.
     physics = "" if calibration == "default" else f"+cal:{_calibration_key(calibration)}"
-    path = cache.path(analysis.graph.fingerprint, topology.fingerprint, key + physics, groups)
+    path = cache.path(analysis.graph.fingerprint, topology.fingerprint, key + physics, groups,
+                      grouping=grouping_digest(analysis))
     cached = cache.load(path)
     if cached is not None:
         try:
@@ -185,15 +188,21 @@ def default_cache_dir() -> str:
     return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tag_tf")
 
 
+def grouping_digest(analysis: Any) -> str:
+    """Which op is in which group: a plan is per group, so a plan made for other groups is another plan."""
+    pairs = sorted(analysis.grouping.group_of.items())
+    return hashlib.sha256(json.dumps(pairs, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
 class PlanCache:
-    """Strategies on disk, one JSON file per (graph, topology, request, number of groups)."""
+    """Strategies on disk, one JSON file per (graph, topology, request, grouping, planner version)."""
 
     def __init__(self, root: str | None = None):
         self.root = os.path.join(root or default_cache_dir(), "plans")
 
-    def path(self, graph: str, topology: str, request: str, groups: int) -> str:
-        key = json.dumps({"format": CACHE_FORMAT, "graph": graph, "topology": topology,
-                          "request": request, "groups": groups}, sort_keys=True)
+    def path(self, graph: str, topology: str, request: str, groups: int, grouping: str = "") -> str:
+        key = json.dumps({"format": CACHE_FORMAT, "graph": graph, "topology": topology, "request": request,
+                          "groups": groups, "grouping": grouping, "planner": PLANNER_VERSION}, sort_keys=True)
         return os.path.join(self.root, hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
 
     def load(self, path: str) -> Strategy | None:
@@ -210,14 +219,25 @@ class PlanCache:
     def store(self, path: str, strategy: Strategy, request: str) -> None:
         """Write atomically (two processes may plan the same graph at once); a read-only or full
         disk only costs the next run a re-plan."""
+        tmp = None
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
             with os.fdopen(fd, "w") as f:
-                json.dump({"format": CACHE_FORMAT, "request": request, "strategy": strategy.to_dict()}, f)
+                json.dump({"format": CACHE_FORMAT, "planner": PLANNER_VERSION, "request": request,
+                           "strategy": strategy.to_dict()}, f)
+                f.flush()
+                os.fsync(f.fileno())           # a crash leaves the old entry or the new one, never half
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)      # like any file this user writes (mkstemp makes 0600)
             os.replace(tmp, path)
+            tmp = None
         except OSError as e:
             log.warning("cannot write the plan cache %s (%s)", path, e)
+        finally:
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
 
 
 __all__ = ["Plan", "PlanCache", "baseline", "check_request", "choose_auto", "default_cache_dir", "plan",

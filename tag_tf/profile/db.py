@@ -28,7 +28,11 @@ from tag_tf.profile.op_profiler import OpProfile
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DB_PATH = os.path.join(".tag_tf_cache", "profiles")
+def default_db_path() -> str:
+    """Profiles live beside the plans: $TAG_TF_CACHE_DIR/profiles, default ~/.cache/tag_tf/profiles
+    (never a folder relative to wherever the command happens to run)."""
+    root = os.environ.get("TAG_TF_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tag_tf")
+    return os.path.join(root, "profiles")
 _FORMAT = 1
 
 
@@ -40,8 +44,8 @@ def _safe(part: str) -> str:
 class ProfileDB:
     """Profiles and models under one directory (created on first write)."""
 
-    def __init__(self, path: str | os.PathLike = DEFAULT_DB_PATH):
-        self.path = os.fspath(path)
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = os.fspath(path) if path is not None else default_db_path()
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise ProfileError(f"{self.path}: the profile database must be a directory, not a file")
 
@@ -203,4 +207,4 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=_json_default))
 
 
-__all__ = ["ProfileDB", "DEFAULT_DB_PATH"]
+__all__ = ["ProfileDB", "default_db_path"]

@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tiny", action="store_true", help="build the tiny variant of the model")
     p.add_argument("--dynamic-batch", action="store_true",
                    help="build once with a dynamic batch dimension and feed each batch size")
-    p.add_argument("--db", default=None, help="profile database directory (default .tag_tf_cache/profiles)")
+    p.add_argument("--db", default=None, help="profile database directory (default $TAG_TF_CACHE_DIR/profiles, else ~/.cache/tag_tf/profiles)")
     p.add_argument("--force", action="store_true", help="re-profile even when the database has the profile")
     p.add_argument("--top", type=int, default=10, help="how many of the slowest ops to list (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -52,7 +52,7 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
 def run(args: argparse.Namespace) -> int:
     from tag_tf.ir import from_graph_def
     from tag_tf.models import build_model
-    from tag_tf.profile.db import DEFAULT_DB_PATH, ProfileDB
+    from tag_tf.profile.db import ProfileDB, default_db_path
     from tag_tf.profile.op_profiler import profile_model, resolve_device
 
     sizes = parse_batch_sizes(args.batch_sizes)
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if args.warmup < 0:
         raise ProfileError(f"--warmup must be >= 0, got {args.warmup}")
     device_type, _ = resolve_device(args.device)
-    db = ProfileDB(args.db or DEFAULT_DB_PATH)
+    db = ProfileDB(args.db or default_db_path())
 
     t0 = time.perf_counter()
     # The key: the graph's IR fingerprint (at the smallest batch size; batch-independent when the

@@ -1,0 +1,42 @@
+"""The plan cache: keyed by everything a plan depends on, written whole, readable by the user."""
+from __future__ import annotations
+
+import os
+import stat
+
+from conftest import analysis_of
+from tag_tf.frontend.planning import PLANNER_VERSION, PlanCache, grouping_digest
+from tag_tf.profile.db import ProfileDB, default_db_path
+from tag_tf.strategy import Option, Strategy
+
+
+def test_key_changes_with_grouping_and_planner(tmp_path, monkeypatch):
+    _, a8 = analysis_of("cnn", num_groups=8)
+    _, a6 = analysis_of("cnn", num_groups=6)
+    assert grouping_digest(a8) != grouping_digest(a6) and grouping_digest(a8) == grouping_digest(a8)
+    cache = PlanCache(str(tmp_path))
+    base = ("g", "t", "dp", 8)
+    assert cache.path(*base, grouping="x") != cache.path(*base, grouping="y")
+    before = cache.path(*base, grouping="x")
+    monkeypatch.setattr("tag_tf.frontend.planning.PLANNER_VERSION", PLANNER_VERSION + "+next")
+    assert cache.path(*base, grouping="x") != before         # a new planner never reuses old plans
+
+
+def test_entries_are_written_whole_and_readable(tmp_path):
+    cache = PlanCache(str(tmp_path))
+    path = cache.path("g", "t", "dp", 3, grouping="x")
+    strategy = Strategy.uniform(3, (0, 1), Option.ALLREDUCE)
+    cache.store(path, strategy, "dp")
+    assert cache.load(path).groups == strategy.groups
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask
+    assert [f for f in os.listdir(os.path.dirname(path)) if f.endswith(".tmp")] == []
+
+
+def test_profile_db_lives_in_the_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAG_TF_CACHE_DIR", str(tmp_path))
+    assert default_db_path() == os.path.join(str(tmp_path), "profiles")
+    assert ProfileDB().path == os.path.join(str(tmp_path), "profiles")
+    monkeypatch.delenv("TAG_TF_CACHE_DIR")
+    assert default_db_path() == os.path.join(os.path.expanduser("~"), ".cache", "tag_tf", "profiles")
