@@ -64,7 +64,7 @@ VERIFY_TOLERANCE = 1e-4
 def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None, cache_dir: str | None = None,
                budget_s: float | None = None, verify: bool = False, exact_batch_stats: bool = False,
                fallback: str = "error", inference: bool = False,
-               calibration: Any = "default") -> "Distribution | Callable":
+               calibration: Any = "default", trusted_network: bool = False) -> "Distribution | Callable":
     """Train the TF1 code run inside this context (or decorated function) distributed.
 
     strategy: "auto" (the best plan the planner gives), a baseline ("dp", "dp-p" with batch shares
@@ -82,6 +82,8 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
     fallback: what a training run that tag_tf cannot distribute does: "error" (default: raise the
         reason, naming the op) or "single" (log one warning with the reason and train on the user's
         own session, undistributed).
+    trusted_network: allow cluster addresses outside loopback/private ranges (a TensorFlow server
+        runs whatever graph anyone who reaches it sends; say so only for a network that is yours).
     calibration: the simulator physics the planner judges plans with: "default" (the shipped fit
         for the testbed/cloud presets, datasheet elsewhere), "nominal", or a `tag-tf calibrate` file.
     inference: also distribute graphs that never train: the first run fetching values computed
@@ -94,7 +96,8 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
         return Distribution()(strategy)
     return Distribution(strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir,
                         budget_s=budget_s, verify=verify, exact_batch_stats=exact_batch_stats,
-                        fallback=fallback, inference=inference, calibration=calibration)
+                        fallback=fallback, inference=inference, calibration=calibration,
+                        trusted_network=trusted_network)
 
 
 @dataclasses.dataclass
@@ -112,12 +115,13 @@ class Distribution:
     def __init__(self, *, strategy: Any = "auto", topology: Any = None, cluster: Any = None,
                  cache_dir: str | None = None, budget_s: float | None = None, verify: bool = False,
                  exact_batch_stats: bool = False, fallback: str = "error", inference: bool = False,
-                 calibration: Any = "default"):
+                 calibration: Any = "default", trusted_network: bool = False):
         if fallback not in FALLBACKS:
             raise TagError(f"fallback={fallback!r}: expected one of {', '.join(map(repr, FALLBACKS))}")
         self.options = dict(strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir,
                             budget_s=budget_s, verify=verify, exact_batch_stats=exact_batch_stats,
-                            fallback=fallback, inference=inference, calibration=calibration)
+                            fallback=fallback, inference=inference, calibration=calibration,
+                            trusted_network=trusted_network)
         self.plans: list[Plan] = []
         self.programs: list[Program] = []
         self.target: Target | None = None
@@ -134,7 +138,8 @@ class Distribution:
         if self._active:
             raise TagError("this tag_tf.distribute(...) context is already active")
         check_request(self.options["strategy"])      # a bad strategy fails here, not mid-training
-        self.target = resolve_target(self.options["topology"], self.options["cluster"])
+        self.target = resolve_target(self.options["topology"], self.options["cluster"],
+                                     self.options["trusted_network"])
         if self.target.role is not None:
             self._join_cluster(self.target.role)     # a non-chief task never returns from here
         self._start_logging()

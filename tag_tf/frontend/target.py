@@ -58,7 +58,7 @@ class Target:
         return error
 
 
-def resolve_target(topology: Any = None, cluster: Any = None) -> Target:
+def resolve_target(topology: Any = None, cluster: Any = None, trusted_network: bool = False) -> Target:
     """Topology + cluster -> the devices compiled graphs run on; TopologyError when they cannot run.
 
     `cluster`: None (then `TF_CONFIG` when it is set), "tf_config", a ClusterResolver, a ClusterSpec
@@ -66,7 +66,7 @@ def resolve_target(topology: Any = None, cluster: Any = None) -> Target:
     from tag_tf.compiler import DeviceMap
     from tag_tf.errors import ClusterError
     from tag_tf.runtime import roles
-    from tag_tf.runtime.cluster import ClusterSpec, cpu_topology
+    from tag_tf.runtime.cluster import ClusterSpec, check_trusted, cpu_topology
     from tag_tf.topology import load_topology, local
 
     role = None
@@ -84,6 +84,7 @@ def resolve_target(topology: Any = None, cluster: Any = None) -> Target:
         cluster = role.spec
     if cluster is not None:
         spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.load(os.fspath(cluster))
+        check_trusted(spec, trusted_network)
         topo = cpu_topology(len(spec.tasks), spec.cpus_per_task) if topology is None else load_topology(topology)
         if topo.num_machines != len(spec.tasks):
             raise TopologyError(f"topology {topo.name!r} has {topo.num_machines} machine(s) but the cluster has "

@@ -117,9 +117,40 @@ class ClusterSpec:
 
 
 READY = "tag-tf server: ready"
+TRUST_WARNING = ("anyone who can reach this port can run any code as this user (TensorFlow servers execute "
+                 "whatever graph they are sent): keep the cluster on a trusted network")
 
 
-def serve(spec: ClusterSpec, task: int, parent_pid: int | None = None) -> None:
+def untrusted_addresses(tasks: Sequence[str]) -> list[str]:
+    """Task addresses outside loopback and private ranges (RFC 1918, link-local, IPv6 ULA); host
+    names count as untrusted unless they resolve only to such addresses."""
+    import ipaddress
+
+    out = []
+    for address in tasks:
+        host = address.rpartition(":")[0].strip("[]")
+        try:
+            ips = [ipaddress.ip_address(host)]
+        except ValueError:
+            try:
+                ips = [ipaddress.ip_address(info[4][0]) for info in socket.getaddrinfo(host, None)]
+            except OSError:
+                ips = []
+        if not ips or not all(ip.is_loopback or ip.is_private or ip.is_link_local for ip in ips):
+            out.append(address)
+    return out
+
+
+def check_trusted(spec: "ClusterSpec", trusted_network: bool) -> None:
+    """Refuse a cluster reachable from public addresses unless the user says the network is trusted."""
+    public = untrusted_addresses(spec.tasks)
+    if public and not trusted_network:
+        raise ClusterError(f"cluster address {public[0]} is not loopback or private: a TensorFlow server there "
+                           f"would run code sent by anyone who reaches it; pass --trusted-network "
+                           f"(trusted_network=True) if this network is yours alone")
+
+
+def serve(spec: ClusterSpec, task: int, parent_pid: int | None = None, trusted_network: bool = False) -> None:
     """Run one server of the cluster until killed (the body of `tag-tf server`). Prints one READY
     line on stdout once listening; with `parent_pid`, exits when that process is gone (servers
     started by a launcher never outlive it)."""
@@ -127,6 +158,7 @@ def serve(spec: ClusterSpec, task: int, parent_pid: int | None = None) -> None:
 
     if not 0 <= task < len(spec.tasks):
         raise ClusterError(f"--task {task}: the cluster has tasks 0..{len(spec.tasks) - 1}")
+    check_trusted(spec, trusted_network)
     cluster = tf.train.ClusterSpec({spec.job: list(spec.tasks)})
     server = tf.distribute.Server(cluster, job_name=spec.job, task_index=task, config=spec.server_config(),
                                   start=True)
@@ -136,6 +168,7 @@ def serve(spec: ClusterSpec, task: int, parent_pid: int | None = None) -> None:
                 time.sleep(0.5)
             os._exit(0)
         threading.Thread(target=watchdog, daemon=True).start()
+    print(f"tag-tf server: task {task} listening on {spec.tasks[task]}; {TRUST_WARNING}", file=sys.stderr, flush=True)
     print(f"{READY} task {task} on {spec.tasks[task]}", flush=True)
     server.join()
 

@@ -25,7 +25,7 @@ import time
 from typing import Any, Mapping
 
 from tag_tf.errors import ClusterError
-from tag_tf.runtime.cluster import DEFAULT_TIMEOUT_MS, ClusterSpec
+from tag_tf.runtime.cluster import DEFAULT_TIMEOUT_MS, TRUST_WARNING, ClusterSpec
 
 ROLE_ORDER = ("chief", "master", "worker", "ps")     # machine order; "evaluator" takes no part
 DONE_QUEUE = "tag_tf_run_done"
@@ -122,8 +122,8 @@ def start_server(role: Role) -> Any:
     cluster = tf.train.ClusterSpec({role.spec.job: list(role.spec.tasks)})
     server = tf.distribute.Server(cluster, job_name=role.spec.job, task_index=role.task,
                                   config=role.spec.server_config(), start=True)
-    print(f"tag_tf: task {role.task} serving on {role.spec.tasks[role.task]}; anyone who can reach this "
-          f"port can run code as this user: keep the cluster on a trusted network", file=sys.stderr, flush=True)
+    print(f"tag_tf: task {role.task} serving on {role.spec.tasks[role.task]}; {TRUST_WARNING}",
+          file=sys.stderr, flush=True)
     return server
 
 

@@ -110,3 +110,24 @@ def test_a_task_whose_chief_never_comes_names_it_and_exits_1(tmp_path):
     assert p.returncode == 1
     assert f"the chief (task 0, 127.0.0.1:{ports[0]}) has been unreachable for 3 s" in p.stderr
     assert "loss" not in p.stdout
+
+
+def test_public_cluster_addresses_need_trusted_network(tmp_path):
+    """A TensorFlow server runs whatever graph reaches it: a cluster on public addresses is refused
+    (one line naming the address) unless the user says the network is theirs."""
+    import tag_tf
+    from tag_tf.frontend.cli import main
+    from tag_tf.runtime.cluster import ClusterSpec, check_trusted, untrusted_addresses
+
+    assert untrusted_addresses(["127.0.0.1:1", "10.1.2.3:1", "192.168.0.9:1", "[::1]:5", "8.8.8.8:2222"]) == \
+        ["8.8.8.8:2222"]
+    spec = ClusterSpec(("10.0.0.1:2222", "8.8.8.8:2222"))
+    with pytest.raises(ClusterError, match=r"cluster address 8.8.8.8:2222 is not loopback or private"):
+        check_trusted(spec, trusted_network=False)
+    check_trusted(spec, trusted_network=True)
+    path = tmp_path / "cluster.json"
+    spec.save(str(path))
+    with pytest.raises(ClusterError, match="8.8.8.8:2222"):
+        with tag_tf.distribute(strategy="dp", cluster=str(path)):
+            pass
+    assert main(["server", "--cluster", str(path), "--task", "1"]) == 2
