@@ -315,7 +315,8 @@ class Distribution:
                                 calibration=self.options["calibration"])
         compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices,
                                     fetches=[f for f in fetches if f.rpartition(":")[0] in ir],
-                                    run_ops=[r for r in roots if r in ir])
+                                    run_ops=[r for r in roots if r in ir],
+                                    check=True)    # postconditions run, not only documented: DAG, fetches' shapes
         if self.options["verify"]:
             self._verify(analysis, compiled, feeds)
         program = Program(ir, analysis, compiled, plan, target)
