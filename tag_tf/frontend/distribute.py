@@ -176,6 +176,9 @@ class Distribution:
 
         self._server = roles.start_server(role)
         if role.is_chief:
+            # Sessions on this server's own target run with an in-process master (no gRPC hop for
+            # feeds and fetches).
+            self.target = dataclasses.replace(self.target, local_server=self._server.target)
             roles.wait_for_tasks(role)
             return
         code = roles.serve_until_done(role, self._server)
@@ -337,7 +340,7 @@ class Distribution:
         target = self.target
         kwargs = {}
         if target.cluster is not None:
-            kwargs = dict(target=target.cluster.target, config=target.config())
+            kwargs = dict(target=target.session_target, config=target.config())
         with bypass():
             result = check_equivalence(analysis, compiled, lambda step: batch, VERIFY_STEPS,
                                        tolerance=VERIFY_TOLERANCE, **kwargs)

@@ -20,6 +20,13 @@ class Target:
     cluster: Any = None        # tag_tf.runtime.cluster.ClusterSpec, or None for this process
     num_cpus: int = 1          # virtual CPU devices this process needs (local runs)
     role: Any = None           # tag_tf.runtime.roles.Role: cluster from TF_CONFIG or a ClusterResolver
+    local_server: str = ""     # target of this process's own server (the chief's): its master is in-process
+
+    @property
+    def session_target(self) -> str:
+        if self.local_server:
+            return self.local_server
+        return self.cluster.target if self.cluster is not None else ""
 
     def check(self) -> None:
         if self.cluster is not None:
@@ -46,8 +53,7 @@ class Target:
     def session(self, graph: Any, user_config: Any = None) -> Any:
         import tensorflow as tf
 
-        target = self.cluster.target if self.cluster is not None else ""
-        sess = tf.compat.v1.Session(target, graph=graph, config=self.config(user_config))
+        sess = tf.compat.v1.Session(self.session_target, graph=graph, config=self.config(user_config))
         sess._tag_tf_internal = True      # our own session: the patch passes it straight through
         return sess
 
