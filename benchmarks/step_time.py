@@ -125,6 +125,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="2 warm-up and 5 timed steps, cnn only")
+    ap.add_argument("--out", help="where to write the JSON (default benchmarks/results/step_time[_quick].json)")
     ap.add_argument("--run", help=argparse.SUPPRESS)          # internal: one configuration, in this process
     args = ap.parse_args()
     if args.run:
@@ -144,9 +145,10 @@ def main() -> None:
             print(f"{model:12s} {config:24s} {shown}", flush=True)
     out = {"measured": True, "machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
            "batch": args.batch, "warmup": args.warmup, "steps": args.steps, "rows": rows}
-    os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
     name = "step_time_quick.json" if args.quick else "step_time.json"
-    with open(os.path.join(ROOT, "benchmarks", "results", name), "w") as f:
+    path = args.out or os.path.join(ROOT, "benchmarks", "results", name)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)
 
 
