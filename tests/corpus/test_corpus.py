@@ -13,7 +13,7 @@ import pytest
 from . import harness
 from .programs import PROGRAMS
 
-CONFIGS = [("dp", 2), ("dp", 4), ("auto", 2)]
+CONFIGS = [("dp", 2), ("dp", 4), ("auto", 2), ("auto", 4)]
 AUTO_BUDGET_S = 2
 
 # The noise floor of a program must be small enough for the comparison to mean something.
