@@ -160,8 +160,6 @@ class Distribution:
                         state.runner.close()
         finally:
             self._sessions = weakref.WeakKeyDictionary()
-            if self.target is not None and self.target.role is not None:
-                self._end_cluster_run(self.target.role)
             self._stop_logging()
         if failed and exc_type is None:
             # The user's session would silently keep its pre-training values: never that.
@@ -174,7 +172,7 @@ class Distribution:
         other task blocks until the chief ends it, then ends this process (0; 1 if the chief is lost)."""
         from tag_tf.runtime import roles
 
-        self._server = roles.start_server(role)
+        self._server = roles.join(role)
         if role.is_chief:
             # Sessions on this server's own target run with an in-process master (no gRPC hop for
             # feeds and fetches).
@@ -184,14 +182,6 @@ class Distribution:
         code = roles.serve_until_done(role, self._server)
         log.info("tag_tf: task %d: the chief ended the run", role.task)
         raise SystemExit(code)
-
-    def _end_cluster_run(self, role: Any) -> None:
-        from tag_tf.runtime import roles
-
-        failed = roles.end_run(role)
-        if failed:
-            log.warning("tag_tf: could not tell task(s) %s that the run is over; they exit once the chief's "
-                        "server is gone", ", ".join(map(str, failed)))
 
     def __call__(self, func: Callable) -> Callable:
         """As a decorator: every call runs in a fresh context with the same options."""
@@ -256,9 +246,11 @@ class Distribution:
                     state.runner = self._migrate(sess, program, state)
         program = state.runner.program
         if roots and program.ir.training_updates() and not program.covers(roots):
-            raise TagError(f"fetching {roots[0]!r} runs optimizer updates outside the train op tag_tf compiled "
-                           f"({program.ir.meta.train_op!r}); group all train ops into one (tf.group) and "
-                           f"fetch it from the first training run")
+            raise TagError(f"fetching {roots[0]!r} runs training updates (optimizer ops or writes of "
+                           f"gradient-derived values) outside the train op tag_tf compiled "
+                           f"({program.ir.meta.train_op!r}); a graph trains through one train op: group all "
+                           f"of them into one (tf.group) and fetch it from the first training run (separate "
+                           f"accumulate and apply runs are not supported)")
         return self._run(state.runner, targets, fetches, feeds, options, run_metadata)
 
     @staticmethod

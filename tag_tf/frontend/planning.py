@@ -141,7 +141,7 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
         return Plan(strategy, key)
     cache = PlanCache(cache_dir)
     # A plan made under other physics is another plan: a non-default calibration keys its own entry.
-    physics = "" if calibration == "default" else f"+cal:{_calibration_key(calibration)}"
+    physics = f"+cal:{_calibration_key(calibration, topology)}"
     path = cache.path(analysis.graph.fingerprint, topology.fingerprint, key + physics, groups,
                       grouping=grouping_digest(analysis))
     cached = cache.load(path)
@@ -170,13 +170,13 @@ def plan(analysis: Any, topology: Any, request: str, budget_s: float | None, cal
     return baseline(request, analysis, topology, budget_s, calibration)
 
 
-def _calibration_key(calibration: Any) -> str:
-    from tag_tf.sim.calibration import Calibration
+def _calibration_key(calibration: Any, topology: Any) -> str:
+    """The physics a plan was judged with (a refitted shipped calibration is other physics too)."""
+    from tag_tf.sim.calibration import resolve
 
-    if calibration is None or calibration == "nominal":
+    calibration = resolve(calibration, topology)
+    if calibration is None:
         return "nominal"
-    if not isinstance(calibration, Calibration):
-        calibration = Calibration.load(os.fspath(calibration))
     blob = json.dumps(dict(calibration.values), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -228,9 +228,7 @@ class PlanCache:
                            "strategy": strategy.to_dict()}, f)
                 f.flush()
                 os.fsync(f.fileno())           # a crash leaves the old entry or the new one, never half
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)      # like any file this user writes (mkstemp makes 0600)
+            os.chmod(tmp, 0o644)               # readable like the user's other files (mkstemp makes 0600)
             os.replace(tmp, path)
             tmp = None
         except OSError as e:

@@ -81,11 +81,9 @@ def resolve_target(topology: Any = None, cluster: Any = None, trusted_network: b
     elif isinstance(cluster, str) and cluster.lower() == "tf_config":
         role = roles.from_tf_config()
         if role is None:
-            raise ClusterError("cluster='tf_config': TF_CONFIG is not set, or names a single task or an evaluator")
+            raise ClusterError("cluster='tf_config': TF_CONFIG is not set, or names a cluster of one task")
     elif roles.is_resolver(cluster):
         role = roles.from_resolver(cluster)
-        if role is None:
-            raise ClusterError(f"{type(cluster).__name__}: this task is an evaluator, which takes no part in training")
     if role is not None:
         cluster = role.spec
     if cluster is not None:

@@ -195,6 +195,10 @@ def measure_shapes(graph: Graph, input_shapes: Mapping[str, tuple[int, ...]], te
     import tensorflow as tf
 
     tensors = list(tensors)
+    for name, dims in input_shapes.items():
+        if any(d < 0 for d in dims):
+            raise GraphError(f"cannot run the graph to measure shapes: input {name!r} has unknown dims {dims} "
+                             f"besides the batch")
     g = tf.Graph()
     with g.as_default():
         tf.graph_util.import_graph_def(graph.to_graph_def(), name="")
@@ -208,15 +212,23 @@ def measure_shapes(graph: Graph, input_shapes: Mapping[str, tuple[int, ...]], te
         return value
 
     feeds = {name: zeros(name, dims) for name, dims in input_shapes.items()}
+    # Other placeholders (a learning rate, keep_prob) with a static shape: zeros too.
+    for op in graph:
+        ref = f"{op.name}:0"
+        if op.type == "Placeholder" and ref not in feeds and op.outputs and op.outputs[0].shape is not None \
+                and all(d >= 0 for d in op.outputs[0].shape):
+            feeds[ref] = zeros(ref, op.outputs[0].shape)
     inits = [v.initializer for v in graph.variables.values() if v.initializer]
-    config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=timeout_ms, device_count={"CPU": 1})
+    inits += [op.name for op in graph if op.type.startswith("InitializeTable")]
+    config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=timeout_ms, device_count={"CPU": 1},
+                                      allow_soft_placement=True)
     try:
         with tf.compat.v1.Session(graph=g, config=config) as sess:
             if inits:
                 sess.run(inits)
             values = sess.run(shapes, feeds)
-    except tf.errors.OpError as e:
-        lines = [ln.strip() for ln in (e.message or "").splitlines()
+    except (tf.errors.OpError, ValueError, TypeError) as e:
+        lines = [ln.strip() for ln in (getattr(e, "message", None) or str(e)).splitlines()
                  if ln.strip() and not ln.startswith(("Graph execution error", "Detected at node"))]
         first = lines[0] if lines else type(e).__name__
         raise GraphError(f"cannot find the run-time shapes of {tensors[0]!r} and {len(tensors) - 1} other "
@@ -270,7 +282,8 @@ def from_graph_def(graph_def: Any, meta_graph_def: Any = None, *, train_op: str 
                         versions=graph_def.versions)
     train_op = train_op or _find_train_op(provisional, collections)
     if train_op is None and require_train_op:
-        raise GraphError("no train op found: the graph has no optimizer update ops (Apply*/ResourceApply*) "
+        raise GraphError("no train op found: nothing in the graph writes a variable with a value computed from "
+                         "gradients (an optimizer's Apply* op, or an assign of a gradient-derived value) "
                          "reachable from a final op; pass the train op's name explicitly")
     if train_op is not None and train_op not in nodes:
         raise GraphError(f"train op {train_op!r} is not an op of the graph")

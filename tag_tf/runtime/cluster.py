@@ -121,9 +121,9 @@ TRUST_WARNING = ("anyone who can reach this port can run any code as this user (
                  "whatever graph they are sent): keep the cluster on a trusted network")
 
 
-def untrusted_addresses(tasks: Sequence[str]) -> list[str]:
-    """Task addresses outside loopback and private ranges (RFC 1918, link-local, IPv6 ULA); host
-    names count as untrusted unless they resolve only to such addresses."""
+def untrusted_addresses(tasks: Sequence[str], unresolved: list[str] | None = None) -> list[str]:
+    """Task addresses outside loopback and private ranges (RFC 1918, link-local, IPv6 ULA); a host
+    name counts by what it resolves to. Names that do not resolve (yet) go to `unresolved`."""
     import ipaddress
 
     out = []
@@ -135,19 +135,34 @@ def untrusted_addresses(tasks: Sequence[str]) -> list[str]:
             try:
                 ips = [ipaddress.ip_address(info[4][0]) for info in socket.getaddrinfo(host, None)]
             except OSError:
-                ips = []
-        if not ips or not all(ip.is_loopback or ip.is_private or ip.is_link_local for ip in ips):
+                if unresolved is not None:
+                    unresolved.append(address)
+                continue
+        if not all(ip.is_loopback or ip.is_private or ip.is_link_local for ip in ips):
             out.append(address)
     return out
 
 
-def check_trusted(spec: "ClusterSpec", trusted_network: bool) -> None:
-    """Refuse a cluster reachable from public addresses unless the user says the network is trusted."""
-    public = untrusted_addresses(spec.tasks)
-    if public and not trusted_network:
-        raise ClusterError(f"cluster address {public[0]} is not loopback or private: a TensorFlow server there "
-                           f"would run code sent by anyone who reaches it; pass --trusted-network "
-                           f"(trusted_network=True) if this network is yours alone")
+def check_trusted(spec: "ClusterSpec", trusted_network: bool, resolve_timeout_s: float = 60.0) -> None:
+    """Refuse a cluster reachable from public addresses unless the user says the network is trusted.
+    Peer names that do not resolve yet (Kubernetes creates them as pods start) are retried."""
+    if trusted_network:
+        return
+    deadline = time.monotonic() + resolve_timeout_s
+    while True:
+        unresolved: list[str] = []
+        public = untrusted_addresses(spec.tasks, unresolved)
+        if public:
+            raise ClusterError(f"cluster address {public[0]} is not loopback or private: a TensorFlow server there "
+                               f"would run code sent by anyone who reaches it; pass --trusted-network "
+                               f"(trusted_network=True) if this network is yours alone")
+        if not unresolved:
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(f"cluster address {unresolved[0]}: the host name does not resolve, so tag_tf cannot "
+                               f"tell whether it is on a private network; check the name, or pass --trusted-network "
+                               f"(trusted_network=True)")
+        time.sleep(1.0)
 
 
 def serve(spec: ClusterSpec, task: int, parent_pid: int | None = None, trusted_network: bool = False) -> None:

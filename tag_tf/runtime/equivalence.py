@@ -174,7 +174,14 @@ def run_compiled(analysis: Analysis, compiled: Compiled, initial: Mapping[str, n
 
 def noise_floor(analysis: Analysis, original: OriginalRun, feeds: Feeds) -> float:
     """How far float32 reassociation alone moves the original run: the original graph trained from
-    the same values on the same batches with their rows permuted."""
+    the same values on the same batches with their rows permuted. 0 (no allowance) where the batch
+    inputs do not share one leading dimension: rows of sparse indices name samples, and permuting
+    them apart from the samples would compute something else."""
+    batch_inputs = set(analysis.graph.meta.feeds)
+    for step in range(original.steps):
+        rows = {np.shape(v)[0] for k, v in feeds(step).items() if k in batch_inputs and np.ndim(v)}
+        if len(rows) > 1:
+            return 0.0
     again = run_original(analysis, permuted(analysis, feeds), original.steps, initial=original.initial)
     noise = noise_variables(original.grad_max)
     trainable = [v.name for v in analysis.graph.variables.values() if v.trainable and v.name not in noise]

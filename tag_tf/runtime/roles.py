@@ -17,6 +17,7 @@ chief enqueues one token on every task when it leaves `distribute`.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
@@ -45,8 +46,9 @@ class Role:
 
 
 def from_cluster_dict(cluster: Mapping[str, Any], task_type: str, task_index: int, *, where: str,
-                      cpus_per_task: int = 1, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Role | None:
-    """The Role of task (`task_type`, `task_index`) in a TF cluster dict; None for an evaluator."""
+                      cpus_per_task: int = 1, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Role:
+    """The Role of task (`task_type`, `task_index`) in a TF cluster dict (ClusterError for an evaluator:
+    running the training script there would train a copy of its own)."""
     if not isinstance(cluster, Mapping) or not cluster:
         raise ClusterError(f"{where}: 'cluster' must map job names to lists of host:port")
     unknown = [job for job in cluster if job not in ROLE_ORDER + ("evaluator",)]
@@ -64,7 +66,8 @@ def from_cluster_dict(cluster: Mapping[str, Any], task_type: str, task_index: in
         first[job] = len(tasks)
         tasks.extend(addresses)
     if task_type == "evaluator":
-        return None
+        raise ClusterError(f"{where}: this task is an evaluator, which takes no part in training: run evaluation "
+                           f"without tag_tf.distribute (or without TF_CONFIG naming it)")
     if task_type not in first or not 0 <= task_index < len(cluster.get(task_type) or []):
         raise ClusterError(f"{where}: task {task_type}:{task_index} is not in the cluster "
                            f"({', '.join(f'{j}: {len(cluster.get(j) or [])}' for j in ROLE_ORDER if cluster.get(j))})")
@@ -115,6 +118,28 @@ def is_resolver(obj: Any) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Serving and ending a run
 # ---------------------------------------------------------------------------------------------
+# A TensorFlow server cannot be stopped and holds its port for the life of the process, so a task
+# joins its cluster once: later `distribute` contexts in the same process (a decorated function
+# called twice, Estimator train then predict) reuse it, and the chief ends the run when its process
+# ends. This registry is process state by nature, not configuration.
+_JOINED: dict[tuple[tuple[str, ...], int], Any] = {}
+
+
+def join(role: Role) -> Any:
+    """This task's server, started on first use; on the chief, `end_run` is registered for exit."""
+    key = (role.spec.tasks, role.task)
+    if key not in _JOINED:
+        _JOINED[key] = start_server(role)
+        if role.is_chief:
+            atexit.register(_end_at_exit, role)
+    return _JOINED[key]
+
+
+def _end_at_exit(role: Role) -> None:
+    failed = end_run(role)
+    if failed:
+        print(f"tag_tf: could not tell task(s) {', '.join(map(str, failed))} that the run is over; they exit "
+              f"once this chief is gone", file=sys.stderr, flush=True)
 def start_server(role: Role) -> Any:
     """This task's TensorFlow server, in this process (every task of a tag_tf cluster runs one)."""
     import tensorflow as tf
@@ -199,5 +224,5 @@ def end_run(role: Role) -> list[int]:
     return failed
 
 
-__all__ = ["Role", "end_run", "wait_for_tasks", "from_cluster_dict", "from_resolver", "from_tf_config", "is_resolver",
+__all__ = ["Role", "end_run", "join", "wait_for_tasks", "from_cluster_dict", "from_resolver", "from_tf_config", "is_resolver",
            "serve_until_done", "start_server"]

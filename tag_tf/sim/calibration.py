@@ -131,7 +131,8 @@ class Calibration:
         intra = pair & (machine[:, None] == machine[None, :])
         bw[inter] *= self.value("inter_bw_eff")
         bw[intra] *= self.value("intra_bw_eff")
-        if "inter_latency_s" in self.values:
+        if "inter_latency_s" in self.values and not self.provenance.get("inter_latency_s", "").startswith("datasheet"):
+            # An absolute figure: only a fitted or measured one replaces the topology's own.
             lat[inter] = self.value("inter_latency_s")
         out["link_bw"] = np.ascontiguousarray(bw.reshape(-1))
         out["link_lat"] = np.ascontiguousarray(lat.reshape(-1))

@@ -26,7 +26,8 @@ def test_tf_config_roles_and_machine_order():
     assert chief.spec.tasks == ("h0:1", "h1:1", "h2:1", "h3:1") and chief.is_chief and chief.task == 0
     w1 = from_tf_config(json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))
     assert w1.task == 2 and not w1.is_chief
-    assert from_tf_config(json.dumps({"cluster": cluster, "task": {"type": "evaluator", "index": 0}})) is None
+    with pytest.raises(ClusterError, match="this task is an evaluator"):       # never trains a copy of its own
+        from_tf_config(json.dumps({"cluster": cluster, "task": {"type": "evaluator", "index": 0}}))
     # Without a chief, worker 0 drives (TF's convention).
     w0 = from_tf_config(json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}))
     assert w0.is_chief and w0.spec.tasks == ("a:1", "b:1")
@@ -131,3 +132,5 @@ def test_public_cluster_addresses_need_trusted_network(tmp_path):
         with tag_tf.distribute(strategy="dp", cluster=str(path)):
             pass
     assert main(["server", "--cluster", str(path), "--task", "1"]) == 2
+    with pytest.raises(ClusterError, match="the host name does not resolve"):
+        check_trusted(ClusterSpec(("no-such-host.invalid:2222",)), trusted_network=False, resolve_timeout_s=0)
