@@ -577,15 +577,22 @@ def rule_reshape(v: OpView) -> OpAnnotation | None:
     out = v.out_split(0)
     if out is None:
         return None
-    if v.classes[1] == PLAIN and v.const(1) is None:
-        # A target shape computed from whole values (e.g. the Shape of a partitioned embedding
-        # lookup's stitched rows) may hold the whole batch's size, which a shard cannot take.
+    if v.classes[1] == PLAIN and v.const(1) is None and _reads_batch(v, 1):
+        # A target shape computed from whole values of the batch (e.g. the Shape of a partitioned
+        # embedding lookup's stitched rows) may hold the whole batch's size, which a shard cannot
+        # take. Targets built from constants and weights' shapes (tf.stack([-1, n])) are fine.
         return None
     a = v.batch_state(0).axis
     before_in, before_out = _prod(v.in_shape(0)[:a]), _prod(v.out_shape(0)[:out.axis])
     if before_in is None or before_in != before_out:
         return None
     return per_sample(v, "reshape-batch-outer")
+
+
+def _reads_batch(v: OpView, i: int) -> bool:
+    """Whether input `i` of the op is computed (through any chain) from a batch input."""
+    sources = {name.rpartition(":")[0] for name in v.graph.meta.feeds}
+    return bool(sources & v.graph.ancestors([v.op.inputs[i].op], control=False))
 
 
 def rule_generator(v: OpView) -> OpAnnotation | None:

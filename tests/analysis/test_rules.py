@@ -55,6 +55,15 @@ def test_reshape_keeps_batch_outermost_only():
     assert bad.category is Category.OTHER and all(s.kind is Kind.FULL for s in bad.requires[:1])
 
 
+def test_reshape_target_built_from_constants_keeps_the_split():
+    """tf.stack([-1, n]) with n a constant reads no batch value: the shards reshape on their own
+    (a computed target that reads the batch, e.g. a partitioned lookup's Shape, runs whole instead:
+    tests/corpus partitioned_embeddings)."""
+    g, ann = annotations(lambda x, y, w: tf.matmul(tf.reshape(x, tf.stack([-1, tf.constant(5)])), w))
+    reshape = ann[op_of(g, "Reshape", "Reshape")]
+    assert reshape.rule == "reshape-batch-outer" and reshape.outputs[0].kind is Kind.SPLIT
+
+
 @pytest.mark.parametrize("body, expect_split", [
     (lambda x, y, w: tf.concat([x, x], axis=2), True),       # features: fine
     (lambda x, y, w: tf.concat([x, x], axis=0), False),      # along the batch: reorders rows
