@@ -140,7 +140,7 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
                           topology=topology.fingerprint)
         return Plan(strategy, key)
     cache = PlanCache(cache_dir)
-    # A plan made under other physics is another plan: a non-default calibration keys its own entry.
+    # A plan made under other physics is another plan: the calibration's values are in the key.
     physics = f"+cal:{_calibration_key(calibration, topology)}"
     path = cache.path(analysis.graph.fingerprint, topology.fingerprint, key + physics, groups,
                       grouping=grouping_digest(analysis))
@@ -154,9 +154,7 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
             log.info("plan cache hit: %s", path)
             return Plan(cached, key, cache_hit=True, cache_path=path)
     start = time.perf_counter()
-    if planner is None:
-        planner = plan if calibration == "default" else functools.partial(plan, calibration=calibration)
-    strategy = planner(analysis, topology, key, budget_s)
+    strategy = (planner or functools.partial(plan, calibration=calibration))(analysis, topology, key, budget_s)
     strategy.validate(groups, topology.num_devices)
     seconds = time.perf_counter() - start
     cache.store(path, strategy, key)

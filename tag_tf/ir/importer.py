@@ -379,7 +379,8 @@ def _find_train_op(graph: Graph, collections: Mapping[str, tuple[str, ...]]) -> 
         op_name = TensorRef.parse(name).op
         if op_name in graph:
             return op_name
-    updates = sorted(graph.training_updates(), key=graph.order.index)
+    training = graph.training_updates()
+    updates = [name for name in graph.order if name in training]
     if not updates:
         return None
     # The train op is a sink downstream of the optimizer updates (TF groups them under one final op).

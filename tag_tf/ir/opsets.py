@@ -54,46 +54,15 @@ def training_updates(ops: Iterable[tuple[str, str, Sequence[str]]]) -> frozenset
     tutorials write `w.assign_sub(lr * g)`. Writes that follow no gradient (initialisers,
     `global_step.assign_add(1)`, restores) are not training by themselves.
 
-    `ops`: (name, type, names of the ops it reads through data edges), for every op of the graph."""
-    ops = list(ops)
-    inputs = {name: tuple(ins) for name, _, ins in ops}
-    grad_seed = {name for name, op_type, _ in ops if is_gradient_op(name, op_type)}
-    memo: dict[str, bool] = {}
-
-    def depends_on_gradient(root: str) -> bool:
-        # Iterative DFS with memo: graphs have 10^5 ops and deep chains.
-        stack = [(root, iter(inputs.get(root, ())))]
-        path = {root}
-        while stack:
-            node, it = stack[-1]
-            if node in grad_seed:
-                memo[node] = True
-            if memo.get(node):
-                stack.pop()
-                path.discard(node)
-                if stack:
-                    memo[stack[-1][0]] = True
-                continue
-            nxt = next(it, None)
-            if nxt is None:
-                memo.setdefault(node, False)
-                stack.pop()
-                path.discard(node)
-                continue
-            if nxt in memo:
-                if memo[nxt]:
-                    memo[node] = True
-                continue
-            if nxt not in path:          # a loop's back edge (NextIteration) is not followed twice
-                path.add(nxt)
-                stack.append((nxt, iter(inputs.get(nxt, ()))))
-        return memo.get(root, False)
-
+    `ops`: (name, type, names of the ops it reads through data edges), for every op of the graph, in
+    an order where an op comes after what it reads (the IR's order; a tf.Graph's creation order). A
+    loop's back edge (NextIteration) reads something later and is not followed."""
+    from_gradient: dict[str, bool] = {}
     out = set()
     for name, op_type, ins in ops:
-        if is_optimizer_update(op_type):
-            out.add(name)
-        elif is_variable_writer(op_type) and any(depends_on_gradient(i) for i in ins[1:]):
+        from_gradient[name] = is_gradient_op(name, op_type) or any(from_gradient.get(i, False) for i in ins)
+        if is_optimizer_update(op_type) or (
+                is_variable_writer(op_type) and any(from_gradient.get(i, False) for i in ins[1:])):
             out.add(name)
     return frozenset(out)
 

@@ -103,14 +103,14 @@ class Calibration:
         return {"name": self.name, "values": dict(self.values)}
 
     # -- the simulator's arrays ------------------------------------------------------------------
-    def apply(self, prepared: Mapping[str, Any], analysis: Any, topology: Any) -> dict[str, Any]:
-        """A copy of `prepared` (see sim/prepare.py) with this calibration's physics."""
+    def apply(self, prepared: Mapping[str, Any], members: np.ndarray, topology: Any) -> dict[str, Any]:
+        """A copy of `prepared` (see sim/prepare.py) with this calibration's physics; `members`:
+        `member_counts` of the analysis (computed once per simulator, not per calibration)."""
         out = dict(prepared)
         n = int(prepared["num_ops"])
         types = list(prepared["device_types"])
         fixed = np.array(prepared["op_fixed"], dtype=np.float64).reshape(len(types), n)
         per_sample = np.array(prepared["op_per_sample"], dtype=np.float64).reshape(len(types), n)
-        members = member_counts(analysis)
         overhead = self.value("op_overhead_s")
         for t, gpu in enumerate(types):
             if gpu == "cpu":

@@ -20,7 +20,7 @@ from tag_tf.analysis import Analysis
 from tag_tf.analysis.simplify import training_ops
 from tag_tf.compiler.placement import mp_partition
 from tag_tf.errors import StrategyError
-from tag_tf.sim.calibration import resolve as resolve_calibration
+from tag_tf.sim.calibration import member_counts, resolve as resolve_calibration
 from tag_tf.sim.prepare import device_types, prepare
 from tag_tf.strategy import Option, Strategy
 
@@ -75,8 +75,9 @@ class Simulator:
         self.costs = costs
         self.nominal = prepare(analysis, topology, costs, comm)
         self.calibration = resolve_calibration(calibration, topology)
+        self._members = member_counts(analysis)
         self.prepared = (self.nominal if self.calibration is None
-                         else self.calibration.apply(self.nominal, analysis, topology))
+                         else self.calibration.apply(self.nominal, self._members, topology))
         self._native = _simcore.Simulator(self.prepared)
         self._mp_cache: dict[tuple[int, int], dict[str, int]] = {}
         self._op_index = {n: i for i, n in enumerate(analysis.planning.ops)}
@@ -93,7 +94,7 @@ class Simulator:
         other.__dict__.update(self.__dict__)
         other.calibration = resolve_calibration(calibration, self.topology)
         other.prepared = (self.nominal if other.calibration is None
-                          else other.calibration.apply(self.nominal, self.analysis, self.topology))
+                          else other.calibration.apply(self.nominal, self._members, self.topology))
         other._native = _simcore.Simulator(other.prepared)
         other._mp_cache = dict(self._mp_cache)
         return other

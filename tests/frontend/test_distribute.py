@@ -183,7 +183,7 @@ def test_plan_cache_hit_on_second_run(cache, monkeypatch):
 
     calls = []
     real = planning.plan
-    monkeypatch.setattr(planning, "plan", lambda *a: calls.append(a[2]) or real(*a))
+    monkeypatch.setattr(planning, "plan", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
     for expected_hit in (False, True):
         with dist(cache, strategy="auto") as d:
             train_with_session(Model(), 1)
