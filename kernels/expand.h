@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -100,6 +101,7 @@ struct StrategyView {
   const double* shares = nullptr;       // [num_devices] or nullptr (even)
   const int32_t* mp_part = nullptr;     // [num_ops] part of each op of a model-parallel group, else -1
   int64_t fusion_bytes = 0;             // bucket cap for fused all-reduces; 0 = one tensor each
+  bool sync_after_backward = false;     // all-reduces of a sync level wait for all its gradients
 };
 
 // What each task is, for traces and runtime-feedback features.
@@ -163,7 +165,7 @@ class Expander {
     if (s.fusion_bytes > 0) plan_sums(s.fusion_bytes);
     emit_data_edges();
     emit_control_edges();
-    emit_collectives(s.fusion_bytes);
+    emit_collectives(s.fusion_bytes, s.sync_after_backward);
     finish();
     return "";
   }
@@ -670,20 +672,40 @@ class Expander {
     return buckets;
   }
 
-  void emit_collectives(int64_t cap) {
+  void emit_collectives(int64_t cap, bool barrier) {
     num_allreduce_tensors = static_cast<int32_t>(request_edge_.size());
     if (request_edge_.empty()) return;
     // result[r][d]: the task after which request r's reduced value is on device d.
     std::vector<std::vector<int32_t>> result(request_edge_.size());
     const std::vector<int32_t> all(request_edge_.size(), -2);
+    // Barrier (the compiler's GraphBuilder._barrier_control, line for line): the first collective
+    // of each sync level on a device waits for every instance on that device producing a value of
+    // that level; the per-device collective chain holds the rest back.
+    std::map<std::pair<int32_t, int32_t>, std::vector<int32_t>> waits;   // (level, device) -> tasks
+    if (barrier)
+      for (int32_t e : request_edge_) {
+        const int32_t src = p_.e_src[e];
+        const Layout& P = layouts_[op_layout_[src]];
+        for (int32_t k = 0; k < P.size(); ++k) waits[{p_.t_level[p_.e_tensor[e]], P.devs[k]}].push_back(instance(src, k));
+      }
+    auto hold = [&](int32_t level, const std::vector<int32_t>& devs, int32_t task) {
+      for (int32_t d : devs) {
+        auto it = waits.find({level, d});
+        if (it == waits.end()) continue;
+        for (int32_t w : it->second) edge(w, task, false);
+        waits.erase(it);
+      }
+    };
     for (const std::vector<int32_t>& bucket : assign_buckets(request_edge_, all, cap)) {
       const int32_t e0 = request_edge_[bucket[0]];
+      const int32_t level = p_.t_level[p_.e_tensor[e0]];
       const Layout& P0 = layouts_[op_layout_[p_.e_src[e0]]];
       std::vector<int32_t> devs(P0.devs);
       std::sort(devs.begin(), devs.end());
       if (bucket.size() == 1) {
         const int32_t c = collective(devs, static_cast<double>(p_.e_bytes[e0]), p_.e_src[e0]);
         for (int32_t k = 0; k < P0.size(); ++k) edge(instance(p_.e_src[e0], k), c, true);
+        hold(level, devs, c);
         result[bucket[0]].assign(p_.num_devices, c);
         continue;
       }
@@ -700,6 +722,7 @@ class Expander {
       }
       const int32_t c = collective(devs, static_cast<double>(bytes), p_.e_src[e0]);
       for (int32_t pack : packs) edge(pack, c, true);
+      hold(level, devs, c);
       std::vector<int32_t> unpack(p_.num_devices, -1);
       for (int32_t d : devs) {
         unpack[d] = add_task(kUnpack, memcpy_time(d, 2.0 * bytes), d, p_.e_src[e0], bytes, {d});

@@ -172,7 +172,7 @@ class Simulator {
 
   // Expand and simulate one strategy. Returns a dict (see tag_tf/sim/simulator.py).
   py::dict run(Arr<int32_t> grp_ptr, Arr<int32_t> grp_devs, Arr<uint8_t> grp_option, py::object shares,
-               py::object mp_part, int64_t fusion_bytes, bool with_tasks) {
+               py::object mp_part, int64_t fusion_bytes, bool sync_after_backward, bool with_tasks) {
     if (grp_ptr.size() != p_.num_groups + 1 || grp_option.size() != p_.num_groups)
       throw std::invalid_argument("strategy: expected one device list and option per group");
     if (grp_ptr.data()[p_.num_groups] != grp_devs.size() || grp_ptr.data()[0] != 0)
@@ -185,6 +185,7 @@ class Simulator {
     s.grp_option = grp_option.data();
     if (fusion_bytes < 0) throw std::invalid_argument("strategy: fusion_bytes must be >= 0");
     s.fusion_bytes = fusion_bytes;
+    s.sync_after_backward = sync_after_backward;
     if (!shares.is_none()) {
       auto a = py::cast<Arr<double>>(shares);
       if (a.size() != p_.num_devices) throw std::invalid_argument("strategy: one share per device");
@@ -329,13 +330,13 @@ class Simulator {
 
 PYBIND11_MODULE(_simcore, m) {
   m.doc() = "tag_tf native simulator core (discrete-event engine, see kernels/engine.h)";
-  m.attr("ABI_VERSION") = 4;
+  m.attr("ABI_VERSION") = 5;
 
   py::class_<Simulator>(m, "Simulator", "A prepared graph + topology: expand and simulate strategies.")
       .def(py::init<const py::dict&>(), py::arg("prepared"))
       .def("run", &Simulator::run, py::arg("grp_ptr").noconvert(), py::arg("grp_devs").noconvert(),
            py::arg("grp_option").noconvert(), py::arg("shares"), py::arg("mp_part"), py::arg("fusion_bytes") = 0,
-           py::arg("with_tasks") = false,
+           py::arg("sync_after_backward") = false, py::arg("with_tasks") = false,
            "Expand a strategy into tasks and simulate one iteration; returns a summary dict.");
 
   m.def(

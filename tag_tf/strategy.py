@@ -55,6 +55,12 @@ class Strategy:
     # most this many bytes (Horovod's Tensor Fusion); None = one collective per tensor (the paper's
     # DP-NCCL). See tag_tf/compiler/fusion.py.
     fusion_bytes: int | None = None
+    # All-reduces of gradients start only once the backward pass has produced every gradient of
+    # their sync level on the device (a barrier): DP-NCCL as the paper measured it, in-graph
+    # replication whose batch all-reduce waits for the whole backward pass. False: each collective
+    # starts as soon as its bucket is ready, overlapping the rest of the backward pass (Horovod, and
+    # every plan the search makes).
+    sync_after_backward: bool = False
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -78,7 +84,8 @@ class Strategy:
     def to_dict(self) -> dict[str, Any]:
         return {"format": "tag_tf.strategy/1", "name": self.name, "graph": self.graph,
                 "topology": self.topology, "shares": None if self.shares is None else list(self.shares),
-                "fusion_bytes": self.fusion_bytes, "groups": [g.to_dict() for g in self.groups]}
+                "fusion_bytes": self.fusion_bytes, "sync_after_backward": self.sync_after_backward,
+                "groups": [g.to_dict() for g in self.groups]}
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -106,8 +113,11 @@ class Strategy:
         fusion = d.get("fusion_bytes")
         if fusion is not None and (isinstance(fusion, bool) or not isinstance(fusion, int) or fusion < 0):
             raise StrategyError(f"{source}: 'fusion_bytes' must be a non-negative integer or null, got {fusion!r}")
+        barrier = d.get("sync_after_backward", False)       # absent in files older than the field
+        if not isinstance(barrier, bool):
+            raise StrategyError(f"{source}: 'sync_after_backward' must be true or false, got {barrier!r}")
         return cls(tuple(groups), None if shares is None else tuple(float(x) for x in shares),
-                   d.get("graph"), d.get("topology"), d.get("name", ""), fusion)
+                   d.get("graph"), d.get("topology"), d.get("name", ""), fusion, barrier)
 
     @classmethod
     def load(cls, path: str) -> "Strategy":

@@ -14,7 +14,9 @@ All-reduces are decided last: while the ops are emitted, each one only reserves 
 results; `_emit_collectives` then packs them into buckets (tag_tf/compiler/fusion.py: the strategy's
 `fusion_bytes`, or one tensor per collective) and emits them in one global order, each collective
 waiting (control edge) for the previous one on each of its devices, so every member issues them in
-the same order and rings cannot deadlock.
+the same order and rings cannot deadlock. With `sync_after_backward` (DP-NCCL as the paper ran
+it) the first collective of each sync level on a device also waits for every value of that level
+on the device, so no all-reduce overlaps the backward pass.
 """
 from __future__ import annotations
 
@@ -39,9 +41,11 @@ _WEIGHT_SCALE = 10_000   # integer share weights for run-time (dynamic batch) sp
 
 class GraphBuilder:
     def __init__(self, analysis: Analysis, placement: Placement, devices: DeviceMap,
-                 fusion_bytes: int | None = None, instance_key_base: int = 0):
+                 fusion_bytes: int | None = None, instance_key_base: int = 0, sync_after_backward: bool = False):
         self.a = analysis
         self.fusion_bytes = fusion_bytes
+        self.sync_after_backward = sync_after_backward
+        self._barrier: dict[tuple[int, int], list[str]] = {}    # (level, device) -> ops to wait for
         self.graph = analysis.graph
         self.placement = placement
         self.devices = devices
@@ -280,15 +284,30 @@ class GraphBuilder:
     def _emit_collectives(self) -> None:
         facts = FusionFacts(self.a)
         requests = [facts.request(key[1], self.placement.of(key[1].op).devices) for key, _ in self._pending]
+        if self.sync_after_backward:
+            self._barrier = self._barrier_control(requests)
         for members in assign_buckets(requests, self.fusion_bytes):
-            self._emit_bucket([self._pending[i] for i in members])
+            self._emit_bucket([self._pending[i] for i in members], requests[members[0]].level)
         sums = [facts.request(key[1], self.placement.of(key[1].op).devices, key[2]) for key, _ in self._pending_sums]
         for members in assign_buckets(sums, self.fusion_bytes):
             self._emit_sum_bucket([self._pending_sums[i] for i in members], sums[members[0]].target)
         self._pending, self._pending_sums = [], []
         self._collectives_done = True
 
-    def _emit_bucket(self, members: list[tuple[tuple, list[str]]]) -> None:
+    def _barrier_control(self, requests: Sequence[Any]) -> dict[tuple[int, int], list[str]]:
+        """Per (sync level, device): the ops producing that level's values to all-reduce there
+        (the native expander's `emit_collectives` barrier, line for line)."""
+        waits: dict[tuple[int, int], list[str]] = {}
+        for (key, _), request in zip(self._pending, requests):
+            ref = key[1]
+            for j, d in enumerate(self.placement.of(ref.op).devices):
+                ops = waits.setdefault((request.level, d), [])
+                op = self.out(ref, j).split(":")[0]
+                if op not in ops:
+                    ops.append(op)
+        return waits
+
+    def _emit_bucket(self, members: list[tuple[tuple, list[str]]], level: int = 0) -> None:
         """One collective per replica over the members' values; each member's reserved name ends
         up holding its own reduced value (for several members: flatten, concat, reduce, split,
         reshape)."""
@@ -312,7 +331,7 @@ class GraphBuilder:
             else:
                 value, name = values[0], members[0][1][at[0]]
             prev = self._last_collective.get(d)
-            control = [prev] if prev else []
+            control = ([prev] if prev else []) + self._barrier.pop((level, d), [])
             if use_nccl:
                 self.f.nccl_all_reduce(name, value, dtype, device, num_devices=len(devs), control=control,
                                        shared_name=f"tag_ar_{self._instance_key}", unique=False)

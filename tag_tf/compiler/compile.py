@@ -62,7 +62,8 @@ def compile_strategy(ctx: PassContext, analysis: Analysis, strategy: Strategy, d
         placement = resolve(analysis, strategy, len(devices))
     with ctx.timer("compile/build"):
         builder = GraphBuilder(analysis, placement, devices, strategy.fusion_bytes,
-                               instance_key_base(analysis, strategy, devices))
+                               instance_key_base(analysis, strategy, devices),
+                               sync_after_backward=strategy.sync_after_backward)
         builder.emit_all()
         graph_counts = dict(builder.counts)     # conversions of the graph itself, before fetch adapters
         wanted_tensors = list(dict.fromkeys([*(t for t in [graph.meta.loss] if t), *fetches]))

@@ -17,8 +17,11 @@ FUSION_CHOICES = (None, 4096, 2**20, 4 * 2**20, 16 * 2**20, HOROVOD_FUSION_BYTES
 
 
 def data_parallel(num_groups: int, num_devices: int, **kw) -> Strategy:
-    """DP-NCCL: every group replicated on every device, even batch split, AllReduce."""
-    return Strategy.uniform(num_groups, range(num_devices), Option.ALLREDUCE, name="dp", **kw)
+    """DP-NCCL: every group replicated on every device, even batch split, one AllReduce per
+    gradient, started after the backward pass (in-graph replication; the paper credits Horovod,
+    not DP-NCCL, with overlapping AllReduce and backward computation)."""
+    return Strategy.uniform(num_groups, range(num_devices), Option.ALLREDUCE, name="dp",
+                            sync_after_backward=True, **kw)
 
 
 def data_parallel_proportional(num_groups: int, capacities: Sequence[float], **kw) -> Strategy:
@@ -27,7 +30,8 @@ def data_parallel_proportional(num_groups: int, capacities: Sequence[float], **k
     if np.any(caps <= 0):
         raise ValueError("device capacities must be positive")
     shares = tuple(float(c) for c in caps / caps.sum())
-    return Strategy.uniform(num_groups, range(len(caps)), Option.ALLREDUCE, shares=shares, name="dp-p", **kw)
+    return Strategy.uniform(num_groups, range(len(caps)), Option.ALLREDUCE, shares=shares, name="dp-p",
+                            sync_after_backward=True, **kw)
 
 
 def horovod(num_groups: int, num_devices: int, **kw) -> Strategy:
@@ -39,7 +43,7 @@ def horovod(num_groups: int, num_devices: int, **kw) -> Strategy:
 def horovod_proportional(num_groups: int, capacities: Sequence[float], **kw) -> Strategy:
     """Horovod with batch shares proportional to each device's compute capacity."""
     dp_p = data_parallel_proportional(num_groups, capacities, **kw)
-    return dataclasses.replace(dp_p, name="horovod-p", fusion_bytes=HOROVOD_FUSION_BYTES)
+    return dataclasses.replace(dp_p, name="horovod-p", fusion_bytes=HOROVOD_FUSION_BYTES, sync_after_backward=False)
 
 
 def random_strategy(num_groups: int, num_devices: int, rng: np.random.Generator, *,

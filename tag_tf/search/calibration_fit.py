@@ -10,6 +10,12 @@ per-op overhead, which may be 0) with a projected Levenberg-Marquardt on
 The prior keeps parameters the figures cannot identify (e.g. the V100's efficiency when every DP
 step waits for the slower GPUs) near their datasheet values instead of drifting. No per-model
 parameter exists anywhere: every case shares the same physics.
+
+Figures from mixed clusters often cannot tell WHICH GPU type is the straggler: on the paper's
+testbed a slow P100 and a slow V100 explain the DP figures equally well (costs within 0.3%).
+`fit_basins` therefore fits from several starts (nominal, and each GPU type as the straggler) and,
+among the fits the figures cannot tell apart (cost within `TIE`), keeps the one that inverts the
+fewest pairs of the datasheet's order of GPU speeds; every basin is reported.
 """
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ from tag_tf.sim.calibration import Calibration, parameter_of
 
 PRIOR_WEIGHT = 0.05
 MAX_ITERATIONS = 40
+TIE = 0.01                 # relative cost within which two fits are indistinguishable
+STRAGGLER_START = 0.15     # compute_eff a straggler start gives its GPU type
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +49,7 @@ class FitResult:
     simulated: dict[str, float]
     iterations: int
     evaluations: int
+    cost: float = math.nan             # the objective at the result (residuals and prior)
 
     @property
     def mape(self) -> float:
@@ -132,11 +141,48 @@ def fit(cases: Sequence[Case], free: Sequence[str], *, name: str = "fitted", sta
     calibration = calibration_at(x)
     simulated = simulate_cases(cases, calibration)
     residuals = {c.label: s / c.seconds - 1 for c, s in zip(cases, simulated)}
-    return FitResult(calibration, residuals, {c.label: s for c, s in zip(cases, simulated)}, iterations, evaluations)
+    return FitResult(calibration, residuals, {c.label: s for c, s in zip(cases, simulated)}, iterations, evaluations,
+                     cost)
+
+
+def speed_inversions(calibration: Calibration, peak_flops: dict[str, float]) -> int:
+    """Pairs of GPU types whose calibrated speed (efficiency x datasheet peak) is in the opposite
+    order of their datasheet peaks."""
+    speed = {t: calibration.value(f"compute_eff:{t}") * p for t, p in peak_flops.items()}
+    types = sorted(peak_flops)
+    return sum(1 for i, a in enumerate(types) for b in types[i + 1:]
+               if (peak_flops[a] - peak_flops[b]) * (speed[a] - speed[b]) < 0)
+
+
+def choose_basin(results: Sequence[FitResult], peak_flops: dict[str, float]) -> FitResult:
+    """The lowest-cost fit, unless others are as good (within TIE): then the one keeping the
+    datasheet's order of GPU speeds best (fewest inversions), then the lower cost."""
+    best = min(r.cost for r in results)
+    tied = [r for r in results if r.cost <= best * (1 + TIE) + 1e-12]
+    return min(tied, key=lambda r: (speed_inversions(r.calibration, peak_flops), r.cost))
+
+
+def fit_basins(cases: Sequence[Case], free: Sequence[str], peak_flops: dict[str, float], *,
+               name: str = "fitted", progress: Callable[[int, float], None] | None = None,
+               ) -> tuple[FitResult, list[dict[str, Any]]]:
+    """`fit` from the nominal start and from each fitted GPU type as the straggler; the chosen
+    result (`choose_basin`) and a summary of every basin."""
+    types = [k for k in free if k.startswith("compute_eff:")]
+    starts: list[tuple[str, dict[str, float] | None]] = [("nominal", None)]
+    if len(types) > 1:
+        starts += [(f"{k.partition(':')[2]} straggler", {k: STRAGGLER_START}) for k in types]
+    results = []
+    for label, start in starts:
+        results.append(fit(cases, free, name=name, start=start, progress=progress))
+    chosen = choose_basin(results, peak_flops)
+    basins = [{"start": label, "cost": r.cost, "mape": r.mape, "values": dict(r.calibration.values),
+               "speed_inversions": speed_inversions(r.calibration, peak_flops), "chosen": r is chosen}
+              for (label, _), r in zip(starts, results)]
+    return chosen, basins
 
 
 def _latency_nominal(cases: Sequence[Case]) -> float:
     return float(cases[0].sim.topology.inter_latency)
 
 
-__all__ = ["Case", "FitResult", "fit", "simulate_cases"]
+__all__ = ["Case", "FitResult", "choose_basin", "fit", "fit_basins", "simulate_cases", "speed_inversions"]

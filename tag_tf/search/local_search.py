@@ -83,6 +83,12 @@ def local_search(sim: Any, topology: Any, *, budget_s: float = 30.0, max_passes:
         starts = fixed
     best_name = min(times, key=times.get)
     current, best = starts[best_name], times[best_name]
+    if current.sync_after_backward:
+        # Our plans overlap synchronisation with the backward pass (DP-NCCL's barrier is its own).
+        overlapped = dataclasses.replace(current, sync_after_backward=False)
+        t = cost(overlapped)
+        if t <= best:
+            current, best = overlapped, t
     candidates = [GroupPlan(devices, option) for devices in candidate_device_sets(topology)
                   for option in (Option.ALLREDUCE, Option.PS) if len(devices) > 1 or option is Option.ALLREDUCE]
     # Uniform plans over fewer devices (the fastest GPU type, one machine, the fastest GPU) also

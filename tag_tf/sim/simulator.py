@@ -136,7 +136,8 @@ class Simulator:
                 for op, part in self._mp_cache[key].items():
                     mp[self._op_index[op]] = part
         shares = None if strategy.shares is None else np.asarray(strategy.shares, dtype=np.float64)
-        return ptr, np.asarray(devs, dtype=np.int32), options, shares, mp, int(strategy.fusion_bytes or 0)
+        return (ptr, np.asarray(devs, dtype=np.int32), options, shares, mp, int(strategy.fusion_bytes or 0),
+                bool(strategy.sync_after_backward))
 
     def simulate(self, strategy: Strategy, *, detail: bool = False) -> SimReport:
         args = self.encode(strategy)

@@ -127,3 +127,61 @@ def test_sparse_gradients_are_gathered_not_fused():
     scatter_inputs = {i.split(":")[0] for node in compiled.graph_def.node if node.op == "ResourceScatterAdd"
                       for i in node.input}
     assert fused_inputs and not fused_inputs & scatter_inputs
+
+
+def _same_level_pairs_waiting(graph_def, levels) -> tuple[int, int]:
+    """Pairs (C1, C2) of per-tensor collectives on one device at the same sync level, and how many
+    have C2's input upstream of C1: with the barrier, all of them."""
+    import re
+
+    inputs = {n.name: [i.lstrip("^").split(":")[0] for i in n.input] for n in graph_def.node}
+
+    def closure(start: str) -> set[str]:
+        seen, stack = set(), [start]
+        while stack:
+            for i in inputs[stack.pop()]:
+                if i not in seen:
+                    seen.add(i)
+                    stack.append(i)
+        return seen
+
+    reduces = [n for n in graph_def.node if n.op == "CollectiveReduceV2"]
+    level = {n.name: levels[re.fullmatch(r"tag/allreduce/(.+)/r\d+", n.name).group(1)] for n in reduces}
+    upstream = {n.name: closure(n.name) for n in reduces}
+    pairs = waiting = 0
+    for c1 in reduces:
+        for c2 in reduces:
+            if c1 is not c2 and c1.device == c2.device and level[c1.name] == level[c2.name]:
+                pairs += 1
+                waiting += inputs[c2.name][0] in upstream[c1.name]
+    return pairs, waiting
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_dp_all_reduces_start_after_the_backward_pass(name):
+    """DP-NCCL (`sync_after_backward`): trains equivalently, and on every device the first all-reduce
+    waits for every gradient it will reduce, so none overlaps the backward pass; Horovod's do."""
+    _, a = analysis_of(name)
+    topo = load_topology("local:4")
+    dp = baseline("dp", len(a.grouping.groups), topo)
+    assert dp.sync_after_backward and not baseline("horovod", len(a.grouping.groups), topo).sync_after_backward
+    compiled, _ = verify(name, dp, 4)
+    assert compiled.stats["allreduce"] > 1
+    pairs, waiting = _same_level_pairs_waiting(compiled.graph_def, sync_levels(a))
+    assert pairs > 0 and waiting == pairs
+    overlapped = compile_strategy(PassContext(), a, dataclasses.replace(dp, sync_after_backward=False),
+                                  DeviceMap.local_cpus(4), check=True)
+    pairs, waiting = _same_level_pairs_waiting(overlapped.graph_def, sync_levels(a))
+    assert waiting < pairs
+
+
+def test_strategy_files_keep_the_barrier_and_old_files_load():
+    s = Strategy.uniform(3, (0, 1), Option.ALLREDUCE, sync_after_backward=True)
+    assert Strategy.from_dict(s.to_dict()) == s
+    old = s.to_dict()
+    del old["sync_after_backward"]
+    assert not Strategy.from_dict(old).sync_after_backward
+    from tag_tf.errors import StrategyError
+
+    with pytest.raises(StrategyError, match="sync_after_backward"):
+        Strategy.from_dict({**s.to_dict(), "sync_after_backward": "yes"})

@@ -128,3 +128,23 @@ def test_fit_recovers_parameters_from_simulated_measurements():
     # Starting far away, the nominal calibration was off by much more.
     nominal = simulate_cases(cases, None)
     assert np.mean([abs(s / c.seconds - 1) for c, s in zip(cases, nominal)]) > 0.3
+
+
+def test_indistinguishable_fits_keep_the_datasheet_order_of_gpu_speeds():
+    """Two fits as good as each other (one makes the V100 the straggler, one the P100): the one
+    that keeps V100 > 1080 Ti > P100 (datasheet peaks) is chosen; a clearly better fit still wins
+    whatever its order."""
+    from tag_tf.search.calibration_fit import FitResult, choose_basin, speed_inversions
+
+    peak = {"V100-32GB": 15.7e12, "GTX1080Ti": 11.3e12, "P100": 9.3e12}
+
+    def result(v100, p100, cost):
+        cal = full(**{"compute_eff:V100-32GB": v100, "compute_eff:GTX1080Ti": 1.0, "compute_eff:P100": p100})
+        return FitResult(cal, {}, {}, 1, 1, cost)
+
+    slow_v100, slow_p100 = result(0.09, 1.0, 0.1919), result(1.0, 0.13, 0.1923)
+    assert speed_inversions(slow_v100.calibration, peak) == 2       # V100 now below the 1080 Ti and the P100
+    assert speed_inversions(slow_p100.calibration, peak) == 0
+    assert choose_basin([slow_v100, slow_p100], peak) is slow_p100
+    much_better = result(0.09, 1.0, 0.15)
+    assert choose_basin([much_better, slow_p100], peak) is much_better

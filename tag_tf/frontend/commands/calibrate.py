@@ -137,7 +137,7 @@ def free_parameters(cases: list[Any]) -> list[str]:
 
 def calibrate(path: str, name: str, groups: int = 60, progress: Any = None) -> dict[str, Any]:
     """Fit, predict the held-out figures, and return the calibration plus its report."""
-    from tag_tf.search.calibration_fit import fit, simulate_cases
+    from tag_tf.search.calibration_fit import fit_basins, simulate_cases
     from tag_tf.sim.calibration import REQUIRED, Calibration, parameter_of
 
     topologies, rows = load_measurements(path)
@@ -148,7 +148,7 @@ def calibrate(path: str, name: str, groups: int = 60, progress: Any = None) -> d
         raise TagError(f"{path}: no measurement has role 'fit'")
     fit_cases = [builder.case(r) for r in fit_rows]
     free = free_parameters(fit_cases)
-    result = fit(fit_cases, free, name=name, progress=progress)
+    result, basins = fit_basins(fit_cases, free, _peak_flops(fit_cases, free), name=name, progress=progress)
     values = dict(result.calibration.values)
     effs = [values[k] for k in free if k.startswith("compute_eff:")]
     # GPU types outside the fit (the cloud's T4, a user's new card) take the fitted types' typical
@@ -174,8 +174,19 @@ def calibrate(path: str, name: str, groups: int = 60, progress: Any = None) -> d
     report = {"against": source, "fitted": fitted, "held_out": held, "nominal": nominal,
               "mape_fitted": _mape(fitted), "mape_held_out": _mape(held) if held else None,
               "iterations": result.iterations, "simulations": result.evaluations * len(fit_cases),
+              "basins": basins,
               "free_parameters": free}
     return {"calibration": Calibration(name, values, provenance, report), "report": report}
+
+
+def _peak_flops(cases: list[Any], free: list[str]) -> dict[str, float]:
+    """Datasheet peak FLOP/s of every fitted GPU type (from the first topology that has it)."""
+    out: dict[str, float] = {}
+    for case in cases:
+        for d in case.sim.topology.devices:
+            if f"compute_eff:{d.type}" in free and d.type not in out:
+                out[d.type] = float(case.sim.topology.gpu_type(d.type).peak_flops)
+    return out
 
 
 def _mape(rows: dict[str, dict[str, float]]) -> float:

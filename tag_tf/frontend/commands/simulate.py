@@ -50,6 +50,7 @@ def run(args) -> int:
                        title=f"{loaded.source} on {topology.name}, {args.strategy} (simulated)")
     out = {"model": loaded.source, "topology": topology.name, "calibration": sim.calibration_name, "strategy": args.strategy, "simulated": True,
            **report.to_dict(), "lower_bound_s": sim.lower_bound_s(), "fusion_bytes": strategy.fusion_bytes,
+           "sync_after_backward": strategy.sync_after_backward,
            "costs": dict(sim.costs.source), "timers": ctx.timing_report()}
     if args.json:
         json.dump(out, sys.stdout)
