@@ -26,7 +26,7 @@ log = logging.getLogger("tag_tf.planning")
 PLANNED = ("auto", "dp", "dp-p", "horovod", "horovod-p", "heterog")
 CACHE_FORMAT = "tag_tf.plan/2"
 # Bumped whenever the planner's choices change for the same inputs: older cached plans then miss.
-PLANNER_VERSION = "local-search/3"
+PLANNER_VERSION = "mcts/1"
 CACHE_ENV = "TAG_TF_CACHE_DIR"
 
 @dataclasses.dataclass(frozen=True)
@@ -74,20 +74,21 @@ def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = N
 
 def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None, calibration: Any = "default") -> Strategy:
     """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds:
-    the better DP baseline by simulation, improved by the simulator-driven local search (the
-    GNN-guided MCTS replaces the search when it lands). Shows a progress bar on terminals."""
-    from tag_tf.search.local_search import NOTHING_FITS, local_search
+    the strategy creator's MCTS (uniform prior until trained GNN weights ship), polished by the local
+    search's moves, never slower (simulated) than the best baseline. Shows a progress bar on terminals."""
+    from tag_tf.search.local_search import NOTHING_FITS
+    from tag_tf.search.mcts import MctsOptions, mcts_search
     from tag_tf.sim.simulator import Simulator
 
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
-    result = local_search(Simulator(analysis, topology, calibration=calibration), topology, budget_s=budget,
-                          progress=True)
+    result = mcts_search(Simulator(analysis, topology, calibration=calibration), topology,
+                         MctsOptions(budget_s=budget, progress=True))
     if not result.found:
         raise StrategyError(f"strategy='auto': no plan fits {topology.name!r}: {NOTHING_FITS} "
                             f"(batch {analysis.batch_size})")
     log.info("auto plan: %.3g ms per iteration simulated (best baseline %s: %.3g ms), %d simulations in %.1f s",
              result.iteration_time_s * 1e3, result.best_baseline,
-             min(result.baselines.values()) * 1e3, result.evaluations, result.seconds)
+             min(result.baselines.values()) * 1e3, result.simulations, result.seconds)
     return dataclasses.replace(result.strategy, name="auto", graph=analysis.graph.fingerprint,
                                topology=topology.fingerprint)
 

@@ -29,11 +29,16 @@ class Evaluator:
         self.unsimulatable = 0         # candidates the native expander could not order (see below)
 
     def __call__(self, strategy: Strategy) -> float:
+        report = self.report(strategy)
+        return float("inf") if report is None or report.oom else report.iteration_time_s
+
+    def report(self, strategy: Strategy) -> Any:
+        """The simulation report, or None when the strategy cannot run (see __call__)."""
         self.evaluations += 1
         try:
-            report = self.sim.simulate(strategy)
+            return self.sim.simulate(strategy)
         except StrategyError:          # e.g. a batch too small for that many replicas
-            return float("inf")
+            return None
         except RuntimeError as e:
             # Some model-parallel groups mixed with fused buckets expand to a cyclic task graph in
             # the native simulator although the compiled graph is a DAG: such a candidate cannot
@@ -44,8 +49,7 @@ class Evaluator:
                 log.info("tag_tf: the simulator cannot order a candidate strategy (%s); skipping such "
                          "candidates", e)
             self.unsimulatable += 1
-            return float("inf")
-        return float("inf") if report.oom else report.iteration_time_s
+            return None
 
 
 class OutOfTime(Exception):

@@ -116,6 +116,14 @@ class Simulator:
         rate = sum(1.0 / per_type[t] for t in p["dev_type"] if per_type[t] > 0)
         return 1.0 / rate if rate > 0 else 0.0
 
+    def device_rates(self) -> list[float]:
+        """Samples per second each device computes the whole graph at, by this simulator's (calibrated)
+        op costs: a better capacity for batch shares than datasheet peaks."""
+        p = self.prepared
+        n = p["num_ops"]
+        per_sample = (p["op_per_sample"].reshape(-1, n)).sum(axis=1)
+        return [1.0 / per_sample[t] if per_sample[t] > 0 else 0.0 for t in p["dev_type"]]
+
     def encode(self, strategy: Strategy) -> tuple[np.ndarray, ...]:
         """The strategy as the flat arrays the native expander reads."""
         strategy.validate(self.num_groups, self._num_devices)

@@ -13,7 +13,14 @@ def register(sub) -> None:
     p = sub.add_parser("plan", help="plan a strategy for a model on a topology (simulated)")
     add_model_args(p)
     p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED) or file")
-    p.add_argument("--budget", type=float, default=30.0, help="search budget in seconds (default 30)")
+    p.add_argument("--budget-s", "--budget", dest="budget", type=float, default=30.0,
+                   help="search budget in seconds (default 30)")
+    p.add_argument("--iterations", type=int, help="MCTS: stop after this many iterations (default: budget only)")
+    p.add_argument("--search", choices=("mcts", "local"), default="mcts",
+                   help="the strategy creator: MCTS (default) or the greedy local search")
+    p.add_argument("--prior", choices=("uniform", "gnn"), default="uniform",
+                   help="MCTS prior: uniform (pure MCTS; default until trained GNN weights ship) or the GNN")
+    p.add_argument("--seed", type=int, default=0, help="MCTS seed (ties, GNN initialisation)")
     p.add_argument("--groups", type=int, default=60)
     p.add_argument("--out", help="write the strategy JSON here (usable with simulate/verify/distribute)")
     p.add_argument("--calibration", default="default",
@@ -34,7 +41,25 @@ def run(args) -> int:
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
     sim = Simulator(analysis, topology, calibration=args.calibration)
-    result = local_search(sim, topology, budget_s=args.budget, progress=not args.json)
+    if args.iterations is not None and args.iterations < 1:
+        raise StrategyError(f"--iterations must be at least 1, got {args.iterations}")
+    if args.budget < 0:
+        raise StrategyError(f"--budget-s must not be negative, got {args.budget}")
+    if args.search == "mcts":
+        from tag_tf.search.mcts import MctsOptions, mcts_search
+
+        result = mcts_search(sim, topology, MctsOptions(budget_s=args.budget, iterations=args.iterations,
+                                                        seed=args.seed, progress=not args.json), prior=args.prior)
+        search = {"search": "mcts", "prior": args.prior, "seed": args.seed, "iterations": result.iterations,
+                  "iterations_to_beat_dp": result.iterations_to_beat_dp, "time_to_beat_dp_s": result.time_to_beat_dp_s,
+                  "fell_back_to_baseline": result.fell_back}
+        simulations, seconds = result.simulations, result.seconds
+    else:
+        result = local_search(sim, topology, budget_s=args.budget, progress=not args.json)
+        search = {"search": "local", "iterations": None, "iterations_to_beat_dp": None, "time_to_beat_dp_s": None,
+                  "fell_back_to_baseline": result.best_baseline is not None
+                  and result.iteration_time_s >= result.baselines[result.best_baseline]}
+        simulations, seconds = result.evaluations, result.seconds
     if not result.found:
         raise StrategyError(f"no plan found for {loaded.source} on {topology.name}: {NOTHING_FITS} "
                             f"(batch {analysis.batch_size})")
@@ -46,7 +71,11 @@ def run(args) -> int:
            "speedup_over_dp": result.speedup_over_dp, "best_baseline": result.best_baseline,
            "speedup_over_best_baseline": result.speedup_over_best_baseline,
            "lower_bound_s": sim.lower_bound_s(),
-           "evaluations": result.evaluations, "search_s": round(result.seconds, 2),
+           "baselines": {k: _seconds(v) for k, v in result.baselines.items()},
+           "speedup_vs_dp": result.speedup_over_dp, "speedup_vs_best_baseline": result.speedup_over_best_baseline,
+           **search, "planning_time_s": round(seconds, 3), "simulations": simulations, "oom": False,
+           "cost_sources": dict(sim.costs.source),
+           "evaluations": simulations, "search_s": round(seconds, 2),
            "strategy": result.strategy.to_dict(),
            "groups": describe(result.strategy, topology, analysis.grouping.groups)}
     if args.json:
@@ -57,7 +86,7 @@ def run(args) -> int:
     speedup = "no baseline runs here" if best is None else f"{result.speedup_over_best_baseline:.2f}x over {best}"
     print(f"{loaded.source} on {topology.name}: {result.iteration_time_s * 1e3:.2f} ms per iteration "
           f"(simulated), {speedup}; compute lower bound {sim.lower_bound_s() * 1e3:.2f} ms "
-          f"({result.evaluations} strategies in {result.seconds:.1f} s)")
+          f"({simulations} strategies in {seconds:.1f} s, {search['search']} search)")
     for name, t in result.baselines.items():
         print(f"  {name:<10} {_ms(t)}")
     if args.out:

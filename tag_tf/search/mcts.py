@@ -1,0 +1,280 @@
+"""The strategy creator's Monte-Carlo tree search (the paper's "Monte-Carlo Tree Search").
+
+A vertex is a prefix of decisions: groups are decided one at a time in descending compute order,
+each taking one action (a set of devices x an option). Each iteration walks down by PUCT,
+
+    a* = argmax_a  Q(a) + c * P(a) * sqrt(sum_b N(b)) / (1 + N(a))
+
+expands one new vertex, and scores it by simulating a full plan in which every undecided group
+takes the action of the most expensive group (the first decided), so a short prefix already says
+what its choice costs. The reward is the speed-up over the best baseline (-1 when the plan runs out
+of memory or cannot run). Vertices are kept in a transposition table keyed by their prefix, and
+every simulated plan in a cache, so a plan is never simulated twice. P is the prior: uniform, or the
+heterogeneous GNN's (`tag_tf/search/gnn.py`), which sees the partial plan with runtime feedback
+features refreshed from the simulation of the vertex's leaf plan.
+
+After the budget, the best plan simulated is polished by the local search's moves and fusion caps,
+and the result is never slower than the best baseline: if it loses, that baseline is returned and
+`SearchResult.fell_back` says so.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tag_tf.compiler.fusion import HOROVOD_FUSION_BYTES
+from tag_tf.search.baselines import BASELINES, baseline, device_capacities
+from tag_tf.search.heterog import heterog_search
+from tag_tf.search.moves import (Deadline, Evaluator, _progress, candidate_device_sets, coupled_blocks, improve,
+                                 tune_fusion)
+from tag_tf.strategy import GroupPlan, Option, Strategy
+
+C_PUCT = 1.5
+OOM_REWARD = -1.0
+POLISH_SHARE = 0.25          # of the budget kept for the local polish
+HETEROG_SHARE = 0.15         # of the budget for the HeteroG baseline's search
+
+
+@dataclasses.dataclass(frozen=True)
+class MctsOptions:
+    budget_s: float = 30.0
+    iterations: int | None = None       # stop after this many iterations (None: budget only)
+    seed: int = 0
+    c_puct: float = C_PUCT
+    polish: bool = True
+    progress: bool = False
+
+
+def candidate_actions(topology: Any) -> list[GroupPlan]:
+    """Device sets (all devices, the k fastest GPU types, each device group) x options; one device
+    takes only AllReduce (options coincide there)."""
+    actions = []
+    for devices in candidate_device_sets(topology):
+        if len(devices) == 1:
+            actions.append(GroupPlan(devices, Option.ALLREDUCE))
+            continue
+        actions.extend(GroupPlan(devices, o) for o in (Option.ALLREDUCE, Option.PS, Option.DUPLICATE,
+                                                         Option.MODEL_PARALLEL))
+    fastest = int(np.argmax(device_capacities(topology)))
+    single = GroupPlan((fastest,), Option.ALLREDUCE)
+    if single not in actions:
+        actions.append(single)
+    return actions
+
+
+def puct_scores(q: np.ndarray, n: np.ndarray, prior: np.ndarray, c: float) -> np.ndarray:
+    """Q + c * P * sqrt(sum N) / (1 + N), per action (the paper's selection rule). With no visit
+    yet, sqrt(sum N) is taken as 1 so the prior alone orders the first choice."""
+    total = max(float(n.sum()), 1.0)
+    return q + c * prior * math.sqrt(total) / (1.0 + n)
+
+
+class _Vertex:
+    __slots__ = ("prior", "n", "w", "children")
+
+    def __init__(self, prior: np.ndarray):
+        self.prior = prior
+        self.n = np.zeros(len(prior))
+        self.w = np.zeros(len(prior))
+
+
+@dataclasses.dataclass(frozen=True)
+class MctsResult:
+    strategy: Strategy
+    iteration_time_s: float
+    baselines: dict[str, float]
+    simulations: int
+    iterations: int
+    seconds: float
+    iterations_to_beat_dp: int | None       # first iteration whose simulated plan beat DP
+    time_to_beat_dp_s: float | None
+    fell_back: bool                          # the best baseline won: it is the result
+    prior: str
+
+    @property
+    def found(self) -> bool:
+        return bool(np.isfinite(self.iteration_time_s))
+
+    @property
+    def best_baseline(self) -> str | None:
+        name = min(self.baselines, key=self.baselines.get)
+        return name if np.isfinite(self.baselines[name]) else None
+
+    def speedup_over(self, name: str) -> float | None:
+        base, t = self.baselines.get(name, math.inf), self.iteration_time_s
+        if not (self.found and np.isfinite(base)) or t <= 0:
+            return None
+        return base / t
+
+    @property
+    def speedup_over_dp(self) -> float | None:
+        return self.speedup_over("dp")
+
+    @property
+    def speedup_over_best_baseline(self) -> float | None:
+        best = self.best_baseline
+        return None if best is None else self.speedup_over(best)
+
+
+PriorFn = Callable[[tuple[int, ...], int, Any], np.ndarray]
+
+
+PRIORS = ("uniform", "gnn")
+
+
+def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *,
+                prior: str | PriorFn = "uniform") -> MctsResult:
+    """Plan `sim`'s graph on `topology` by MCTS (see the module doc). `prior` is "uniform", "gnn"
+    (the heterogeneous GNN: untrained, seeded by `options.seed`, until trained weights ship) or a
+    callable `prior(prefix, group, leaf)` giving the probabilities of the actions for `group` after
+    the decisions `prefix`; `leaf` is the SimReport of the vertex's leaf plan (runtime feedback),
+    None at the root or when it did not run."""
+    start_time = time.perf_counter()
+    deadline = Deadline(start_time + options.budget_s)
+    rng = np.random.default_rng(options.seed)
+    cost = Evaluator(sim)
+    n_groups = sim.num_groups
+    fixed = {name: baseline(name, n_groups, topology) for name in BASELINES}
+    times = {name: cost(s) for name, s in fixed.items()}
+    first = min(times, key=times.get)
+    if np.isfinite(times[first]):
+        # HeteroG's decision space, searched from the best fixed baseline: a baseline to beat too.
+        found, times["heterog"] = heterog_search(cost, topology, fixed[first], times[first],
+                                                 Deadline(start_time + HETEROG_SHARE * options.budget_s))
+        fixed["heterog"] = found
+    else:
+        times["heterog"] = math.inf
+    best_name = min(times, key=times.get)
+    reference = times[best_name]
+    dp_time = times["dp"]
+    actions = candidate_actions(topology)
+    order = [int(g) for g in np.argsort([-g.compute for g in sim.analysis.grouping.groups], kind="stable")]
+    # Fused buckets; batch shares from the simulator's own (calibrated) device speeds.
+    rates = np.asarray(sim.device_rates(), dtype=np.float64)
+    shares = tuple(float(x) for x in rates / rates.sum()) if rates.sum() > 0 and np.all(rates > 0) else None
+    template = dataclasses.replace(fixed["horovod-p"], name="mcts", shares=shares)
+    uniform = np.full(len(actions), 1.0 / len(actions))
+    prior_name = prior if isinstance(prior, str) else getattr(prior, "name", "custom")
+    if prior == "uniform":
+        prior = None
+    elif prior == "gnn":
+        from tag_tf.search.gnn import GnnPrior, GraphFeatures, untrained
+
+        prior = GnnPrior(untrained(options.seed), GraphFeatures(sim, topology, actions, order))
+    elif isinstance(prior, str):
+        raise ValueError(f"unknown MCTS prior {prior!r} (expected one of {', '.join(PRIORS)})")
+
+    def prior_of(prefix: tuple[int, ...], leaf: Any) -> np.ndarray:
+        if prior is None or len(prefix) >= n_groups:
+            return uniform
+        p = np.asarray(prior(prefix, order[len(prefix)], leaf), dtype=np.float64)
+        if p.shape != uniform.shape or not np.all(np.isfinite(p)) or p.sum() <= 0:
+            raise ValueError(f"MCTS prior: expected {len(actions)} finite non-negative scores, got shape {p.shape}")
+        return p / p.sum()
+
+    def plan_of(prefix: tuple[int, ...]) -> Strategy:
+        fill = actions[prefix[0]]
+        groups = [fill] * n_groups
+        for depth, a in enumerate(prefix):
+            groups[order[depth]] = actions[a]
+        return dataclasses.replace(template, groups=tuple(groups))
+
+    simulated: dict[tuple[GroupPlan, ...], float] = {}
+
+    def evaluate(prefix: tuple[int, ...]) -> tuple[float, Strategy, float, Any]:
+        """Simulated time, plan, reward and (when simulated now) the report of prefix's leaf plan."""
+        plan = plan_of(prefix)
+        key = plan.groups
+        report = None
+        if key not in simulated:
+            report = cost.report(plan)
+            simulated[key] = math.inf if report is None or report.oom else report.iteration_time_s
+        t = simulated[key]
+        reward = OOM_REWARD if not np.isfinite(t) else (reference / t if np.isfinite(reference) else 1.0)
+        return t, plan, reward, report
+
+    table: dict[tuple[int, ...], _Vertex] = {(): _Vertex(prior_of((), None))}
+    best_plan, best_time = fixed[best_name], reference
+    iterations = 0
+    beat_dp_at: int | None = None
+    beat_dp_s: float | None = None
+    search_end = start_time + options.budget_s * (1 - POLISH_SHARE if options.polish else 1.0)
+    bar = _progress(options.progress, options.iterations or 0, "MCTS")
+    try:
+        while time.perf_counter() < search_end and (options.iterations is None or iterations < options.iterations):
+            iterations += 1
+            bar.update(1)
+            prefix: tuple[int, ...] = ()
+            path: list[tuple[_Vertex, int]] = []
+            while True:
+                vertex = table[prefix]
+                q = np.where(vertex.n > 0, vertex.w / np.maximum(vertex.n, 1), _first_play(vertex))
+                scores = puct_scores(q, vertex.n, vertex.prior, options.c_puct)
+                top = np.flatnonzero(scores >= scores.max() - 1e-12)
+                a = int(top[rng.integers(len(top))]) if len(top) > 1 else int(top[0])
+                path.append((vertex, a))
+                prefix = prefix + (a,)
+                if prefix not in table or len(prefix) == n_groups:
+                    break
+            t, plan, reward, report = evaluate(prefix)
+            if prefix not in table:
+                table[prefix] = _Vertex(prior_of(prefix, report))
+            for vertex, a in path:
+                vertex.n[a] += 1
+                vertex.w[a] += reward
+            if t < best_time:
+                best_plan, best_time = plan, t
+            if beat_dp_at is None and np.isfinite(dp_time) and t < dp_time:
+                beat_dp_at, beat_dp_s = iterations, time.perf_counter() - start_time
+    finally:
+        bar.close()
+    if options.polish and np.isfinite(best_time):
+        moves = [(g,) for g in order] + coupled_blocks(sim.prepared, n_groups)
+        best_plan, best_time, _ = improve(cost, best_plan, best_time, actions, moves, deadline, max_passes=1,
+                                          progress=options.progress, label="MCTS polish")
+        best_plan, best_time = tune_fusion(cost, best_plan, best_time, deadline)
+        best_plan, best_time = balance_shares(cost, best_plan, best_time, deadline)
+    fell_back = not best_time < reference
+    if fell_back and best_name in fixed:
+        best_plan, best_time = fixed[best_name], reference
+    strategy = dataclasses.replace(best_plan, name="auto", graph=sim.analysis.graph.fingerprint,
+                                   topology=topology.fingerprint)
+    return MctsResult(strategy, best_time, times, cost.evaluations, iterations, time.perf_counter() - start_time,
+                      beat_dp_at, beat_dp_s, fell_back, prior_name)
+
+
+def balance_shares(cost: Evaluator, strategy: Strategy, best: float, deadline: Deadline, *,
+                   rounds: int = 6) -> tuple[Strategy, float]:
+    """Batch shares for this plan: move samples from the devices the simulation shows busiest to
+    the idlest (share_i / busy_i, damped), keeping each change that simulates faster."""
+    if strategy.shares is None:
+        return strategy, best
+    for _ in range(rounds):
+        if time.perf_counter() > deadline.end:
+            break
+        report = cost.report(strategy)
+        if report is None or report.oom:
+            break
+        busy = np.maximum(1.0 - np.asarray(report.device_idle, dtype=np.float64), 1e-3)
+        shares = np.asarray(strategy.shares, dtype=np.float64)
+        new = shares / np.sqrt(busy)
+        new = new / new.sum()
+        trial = dataclasses.replace(strategy, shares=tuple(float(x) for x in new))
+        t = cost(trial)
+        if not t < best * (1 - 1e-6):
+            break
+        strategy, best = trial, t
+    return strategy, best
+
+
+def _first_play(vertex: _Vertex) -> float:
+    """An unvisited action's value: the mean reward seen at its vertex (0 before any)."""
+    total = vertex.n.sum()
+    return float(vertex.w.sum() / total) if total > 0 else 0.0
+
+
+__all__ = ["C_PUCT", "PRIORS", "MctsOptions", "MctsResult", "balance_shares", "candidate_actions", "mcts_search", "puct_scores"]
