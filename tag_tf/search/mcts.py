@@ -26,7 +26,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tag_tf.compiler.fusion import HOROVOD_FUSION_BYTES
 from tag_tf.search.baselines import BASELINES, baseline, device_capacities
 from tag_tf.search.heterog import heterog_search
 from tag_tf.search.moves import (Deadline, Evaluator, _progress, candidate_device_sets, coupled_blocks, improve,
@@ -37,6 +36,7 @@ C_PUCT = 1.5
 OOM_REWARD = -1.0
 POLISH_SHARE = 0.25          # of the budget kept for the local polish
 HETEROG_SHARE = 0.15         # of the budget for the HeteroG baseline's search
+STALE_ITERATIONS = 2000      # iterations in a row that simulate nothing new end the search
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,17 +185,19 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
 
     simulated: dict[tuple[GroupPlan, ...], float] = {}
 
-    def evaluate(prefix: tuple[int, ...]) -> tuple[float, Strategy, float, Any]:
-        """Simulated time, plan, reward and (when simulated now) the report of prefix's leaf plan."""
+    def evaluate(prefix: tuple[int, ...]) -> tuple[float, Strategy, float, Any, bool]:
+        """Simulated time, plan, reward, the report of prefix's leaf plan (when simulated now and it
+        runs) and whether it was simulated now."""
         plan = plan_of(prefix)
         key = plan.groups
         report = None
-        if key not in simulated:
+        new = key not in simulated
+        if new:
             report = cost.report(plan)
             simulated[key] = math.inf if report is None or report.oom else report.iteration_time_s
         t = simulated[key]
         reward = OOM_REWARD if not np.isfinite(t) else (reference / t if np.isfinite(reference) else 1.0)
-        return t, plan, reward, report
+        return t, plan, reward, report, new
 
     table: dict[tuple[int, ...], _Vertex] = {(): _Vertex(prior_of((), None))}
     best_plan, best_time = fixed[best_name], reference
@@ -204,6 +206,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
     beat_dp_s: float | None = None
     search_end = start_time + options.budget_s * (1 - POLISH_SHARE if options.polish else 1.0)
     bar = _progress(options.progress, options.iterations or 0, "MCTS")
+    stale = 0
     try:
         while time.perf_counter() < search_end and (options.iterations is None or iterations < options.iterations):
             iterations += 1
@@ -220,7 +223,10 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
                 prefix = prefix + (a,)
                 if prefix not in table or len(prefix) == n_groups:
                     break
-            t, plan, reward, report = evaluate(prefix)
+            t, plan, reward, report, new = evaluate(prefix)
+            stale = 0 if new else stale + 1
+            if stale > STALE_ITERATIONS:        # the tree keeps revisiting known plans: done early
+                break
             if prefix not in table:
                 table[prefix] = _Vertex(prior_of(prefix, report))
             for vertex, a in path:
