@@ -29,7 +29,7 @@ from torch import nn
 from torch_geometric.data import HeteroData
 from torch_geometric.nn import GATv2Conv
 
-from tag_tf.strategy import GroupPlan, Option, Strategy
+from tag_tf.strategy import GroupPlan, Option
 
 WIDTH = 64
 HEADS = 4

