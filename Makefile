@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.tag_tf_installed
 PYTEST_ARGS ?=
 
-.PHONY: test demo venv clean
+.PHONY: test demo venv clean bench
 
 $(STAMP): setup.py pyproject.toml $(wildcard kernels/*.cpp kernels/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(VENV)/bin/tag-tf demo --out demo_out
+
+# The paper's evaluation, simulated (see benchmarks/paper.py); not a set-up command.
+bench: $(STAMP)
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m benchmarks run all
 
 clean:
 	rm -rf $(VENV) build *.egg-info tag_tf/*.so

@@ -1,0 +1,274 @@
+"""The paper's evaluation, one experiment at a time, beside the paper's own figures.
+
+    python -m benchmarks run EXPERIMENT|all [--quick] [--budget S] [--results DIR] [--markdown FILE]
+
+Experiments (the paper's section "Implementation and Evaluation"):
+  iteration    per-iteration time of the paper models on `testbed` and `cloud`: auto (the MCTS
+               strategy creator) vs dp, dp-p, horovod, horovod-p, heterog, with the compute lower
+               bound, OOM cases marked, the paper's figure (testbed) and speed-up table (cloud) beside
+  strategies   per model, the plans' mean replication per GPU type and PS vs AllReduce share of the
+               gradients, beside the paper's table "Deployment strategies produced" (reads iteration's
+               plans; run iteration first)
+
+Every figure here is SIMULATED on this machine (calibrated presets; the paper's are measured on its
+testbed and cloud). `--quick` runs tiny models with a 1 s budget: a smoke test for CI, not evidence.
+Each experiment writes results/paper_<name>.json; RESULTS.md's section between the paper markers is
+regenerated from whatever JSON exists, with PNG plots under results/plots/ (not committed).
+Still to come as their issues land: SFB, generalisation to unseen topologies, planning overhead,
+the homogeneous 2x V100 comparison, real execution of tiny models.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from typing import Any, Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "data", "paper_measurements.json")
+MODELS = ("vgg19", "resnet101", "inceptionv3", "transformer", "bert-small", "bert-large")
+QUICK_MODELS = ("mlp", "cnn", "transformer")
+SYSTEMS = ("dp", "dp-p", "horovod", "horovod-p", "heterog", "auto")
+BEGIN, END = "<!-- paper-evaluation:begin -->", "<!-- paper-evaluation:end -->"
+# Paper, speed-up of TAG over DP-NCCL on the cloud (its table; VGG19/InceptionV3 rows swapped back
+# to match the testbed figure, see benchmarks/calibration.py).
+PAPER_CLOUD_TAG_SPEEDUP = {"vgg19": 2.177, "resnet101": 1.122, "inceptionv3": 1.436, "transformer": 1.150,
+                           "bert-small": 1.845}
+# Paper table "Deployment strategies produced by TAG": mean replication per GPU type, PS / AR share.
+PAPER_STRATEGIES = {
+    "inceptionv3": {"V100": 4.0, "1080Ti": 8.0, "P100": 0.0, "ps": 1.00, "ar": 0.00},
+    "vgg19": {"V100": 4.0, "1080Ti": 2.1, "P100": 0.0, "ps": 1.00, "ar": 0.00},
+    "resnet101": {"V100": 4.0, "1080Ti": 8.0, "P100": 4.0, "ps": 0.67, "ar": 0.23},
+    "transformer": {"V100": 4.0, "1080Ti": 8.0, "P100": 0.0, "ps": 0.017, "ar": 0.983},
+    "bert-small": {"V100": 3.9, "1080Ti": 0.1, "P100": 0.1, "ps": 0.15, "ar": 0.85},
+    "bert-large": {"V100": 0.6, "1080Ti": 0.5, "P100": 0.1, "ps": 0.035, "ar": 0.00},
+}
+TYPE_LABEL = {"V100-32GB": "V100", "GTX1080Ti": "1080Ti", "P100": "P100"}
+
+
+def _seconds(t: float) -> float | None:
+    return t if math.isfinite(t) else None
+
+
+def _paper_testbed() -> dict[str, dict[str, float]]:
+    """Paper seconds per (model, system) on the testbed: its per-iteration figure."""
+    with open(DATA) as f:
+        data = json.load(f)
+    out: dict[str, dict[str, float]] = {}
+    for row in data["measurements"]:
+        if row["id"].startswith("fig-iter/"):
+            out.setdefault(row["model"], {})[row["strategy"]] = row["seconds"]
+    for extra in data["not_simulated_yet"]:
+        if "TAG" in extra and "HeteroG" in extra:
+            for model, s in extra["TAG"].items():
+                out.setdefault(model, {})["auto"] = s
+            for model, s in extra["HeteroG"].items():
+                out.setdefault(model, {})["heterog"] = s
+    return out
+
+
+def run_iteration(quick: bool, budget: float, progress: Callable[[str], None]) -> dict[str, Any]:
+    import argparse
+
+    from tag_tf.context import Options, PassContext
+    from tag_tf.frontend.loading import analysis_for, load
+    from tag_tf.search.mcts import MctsOptions, mcts_search
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.parse import load_topology
+
+    models = QUICK_MODELS if quick else MODELS
+    presets = ("testbed",) if quick else ("testbed", "cloud")
+    paper = _paper_testbed()
+    rows: dict[str, Any] = {}
+    for model in models:
+        args = argparse.Namespace(model=model, batch=64 if quick else None, tiny=quick, input_size=None, graph=None,
+                                  groups=60)
+        analysis = analysis_for(load(args, dropout=0.0), args, PassContext(Options(num_groups=60)))
+        for preset in presets:
+            topo = load_topology(preset)
+            sim = Simulator(analysis, topo)
+            result = mcts_search(sim, topo, MctsOptions(budget_s=budget, seed=0))
+            times = {k: _seconds(v) for k, v in result.baselines.items()}
+            times["auto"] = _seconds(result.iteration_time_s)
+            row = {"calibration": sim.calibration_name, "lower_bound_s": sim.lower_bound_s(), "simulated_s": times,
+                   "auto_over_dp": result.speedup_over_dp, "auto_over_best_baseline": result.speedup_over_best_baseline,
+                   "best_baseline": result.best_baseline, "fell_back": result.fell_back,
+                   "auto_vs_bound": (result.iteration_time_s / sim.lower_bound_s()
+                                     if result.found and sim.lower_bound_s() > 0 else None),
+                   "cost_sources": dict(sim.costs.source), "plan": result.strategy.to_dict(),
+                   "device_types": [d.type for d in topo.devices],
+                   "group_param_bytes": [g.param_bytes for g in analysis.grouping.groups]}
+            if preset == "testbed" and model in paper and not quick:
+                row["paper_s"] = paper[model]
+            if preset == "cloud" and model in PAPER_CLOUD_TAG_SPEEDUP and not quick:
+                row["paper_tag_over_dp"] = PAPER_CLOUD_TAG_SPEEDUP[model]
+            rows[f"{preset}/{model}"] = row
+            progress(f"{preset}/{model}: auto {_ms(times['auto'])}, dp {_ms(times['dp'])}, "
+                     f"best baseline {result.best_baseline}")
+    return {"rows": rows, "budget_s": budget}
+
+
+def run_strategies(results_dir: str, progress: Callable[[str], None]) -> dict[str, Any]:
+    path = os.path.join(results_dir, "paper_iteration.json")
+    if not os.path.exists(path):
+        raise SystemExit(f"strategies: {path} is missing; run `python -m benchmarks run iteration` first")
+    with open(path) as f:
+        iteration = json.load(f)
+    rows = {}
+    for key, row in iteration["rows"].items():
+        preset, model = key.split("/")
+        if preset != "testbed":
+            continue
+        types = row["device_types"]
+        params = row["group_param_bytes"]
+        groups = row["plan"]["groups"]
+        replication: dict[str, float] = {}
+        for label in sorted(set(types)):
+            counts = [sum(1 for d in g["devices"] if types[d] == label) for g in groups]
+            replication[TYPE_LABEL.get(label, label)] = sum(counts) / max(len(counts), 1)
+        synced = [(g["option"], p) for g, p in zip(groups, params) if p > 0 and len(g["devices"]) > 1]
+        total = sum(p for _, p in synced) or 1
+        out = {"replication": replication,
+               "ps_share": sum(p for o, p in synced if o == "ps") / total,
+               "ar_share": sum(p for o, p in synced if o == "allreduce") / total,
+               "other_share": sum(p for o, p in synced if o in ("mp", "duplicate")) / total}
+        if model in PAPER_STRATEGIES and not iteration.get("quick"):
+            out["paper"] = PAPER_STRATEGIES[model]
+        rows[model] = out
+        progress(f"{model}: replication {replication}, PS {out['ps_share']:.0%}, AR {out['ar_share']:.0%}")
+    return {"rows": rows}
+
+
+EXPERIMENTS = ("iteration", "strategies")
+
+
+def run(names: list[str], *, quick: bool, budget: float | None, results_dir: str, markdown: str | None) -> None:
+    os.makedirs(results_dir, exist_ok=True)
+    say = lambda line: print(f"  {line}", flush=True)        # noqa: E731
+    for name in names:
+        start = time.perf_counter()
+        print(f"experiment {name}{' (quick)' if quick else ''}", flush=True)
+        if name == "iteration":
+            data = run_iteration(quick, budget if budget is not None else (1.0 if quick else 30.0), say)
+        elif name == "strategies":
+            data = run_strategies(results_dir, say)
+        else:
+            raise SystemExit(f"unknown experiment {name!r} (expected one of {', '.join(EXPERIMENTS)} or all)")
+        data.update({"experiment": name, "quick": quick, "simulated": True, "seconds": round(time.perf_counter() - start, 1),
+                     "machine": platform.processor() or platform.machine()})
+        path = os.path.join(results_dir, f"paper_{name}.json")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+        print(f"  -> {path}", flush=True)
+    if markdown:
+        write_markdown(results_dir, markdown)
+
+
+# ---------------------------------------------------------------------------------------------
+# RESULTS.md
+# ---------------------------------------------------------------------------------------------
+def write_markdown(results_dir: str, markdown: str) -> None:
+    """Regenerate the paper-evaluation section of `markdown` from the JSON in `results_dir`."""
+    section = render(results_dir, os.path.dirname(os.path.abspath(markdown)))
+    text = open(markdown).read() if os.path.exists(markdown) else ""
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        text = head + BEGIN + "\n" + section + END + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + BEGIN + "\n" + section + END + "\n"
+    tmp = markdown + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, markdown)
+
+
+def render(results_dir: str, markdown_dir: str) -> str:
+    lines = ["## The paper's evaluation, SIMULATED beside the paper's MEASURED figures (`python -m benchmarks run all`)", ""]
+    path = os.path.join(results_dir, "paper_iteration.json")
+    if os.path.exists(path):
+        data = json.load(open(path))
+        quick = " (QUICK smoke run: tiny models, not evidence)" if data.get("quick") else ""
+        lines += [f"Per-iteration time{quick}, budget {data['budget_s']:.0f} s per plan, simulated on the calibrated "
+                  f"presets (cost sources: the calibrated analytical GPU cost model); paper: measured. "
+                  f"OOM: the strategy does not fit (or has fewer samples than replicas).", ""]
+        lines += ["| preset | model | " + " | ".join(SYSTEMS) + " | bound | auto/DP | paper TAG/DP |",
+                  "|---|---|" + "---|" * (len(SYSTEMS) + 3)]
+        for key, row in data["rows"].items():
+            preset, model = key.split("/")
+            cells = []
+            for s in SYSTEMS:
+                ours = row["simulated_s"].get(s)
+                cell = "OOM" if ours is None else f"{ours * 1e3:.0f}"
+                paper = row.get("paper_s", {}).get(s)
+                cells.append(cell + (f" ({paper * 1e3:.0f})" if paper else ""))
+            paper_speedup = row.get("paper_tag_over_dp")
+            ps = row.get("paper_s", {})
+            if paper_speedup is None and ps.get("dp") and ps.get("auto"):
+                paper_speedup = ps["dp"] / ps["auto"]
+            lines.append(f"| {preset} | {model} | " + " | ".join(cells) +
+                         f" | {row['lower_bound_s'] * 1e3:.0f} | {_x(row['auto_over_dp'])} | {_x(paper_speedup)} |")
+        lines += ["", "Milliseconds: ours, (the paper's) where it measured that system on the testbed. Why they "
+                  "differ: the calibration blames the testbed's DP slowness on the P100s (see Calibration), so "
+                  "plans that leave them out gain far more over DP than the paper's TAG did for ResNet-101 and "
+                  "the Transformer; the paper's DP baselines OOM on BERT-Large, ours fit (the cost model's "
+                  "memory is an estimate).", ""]
+        plot = _plot_iteration(data, results_dir)
+        if plot:
+            lines += [f"Plot: `{os.path.relpath(plot, markdown_dir)}` (regenerated, not committed).", ""]
+    path = os.path.join(results_dir, "paper_strategies.json")
+    if os.path.exists(path):
+        data = json.load(open(path))
+        lines += ["Deployment strategies of `auto` on the testbed (ours / paper): mean number of GPUs of each type a "
+                  "group is placed on; share of the parameter bytes of multi-device groups on PS, AllReduce, and "
+                  "model-parallel or duplicated (no gradient sync; the paper's table has no such column).", "",
+                  "| model | V100 | 1080Ti | P100 | PS | AR | MP / dup |", "|---|---|---|---|---|---|---|"]
+        for model, row in data["rows"].items():
+            p = row.get("paper", {})
+            rep = row["replication"]
+            cells = [f"{rep.get(t, 0):.1f} / {p[t]:.1f}" if t in p else f"{rep.get(t, 0):.1f}"
+                     for t in ("V100", "1080Ti", "P100")]
+            cells += [f"{row['ps_share']:.0%} / {p['ps']:.0%}" if p else f"{row['ps_share']:.0%}",
+                      f"{row['ar_share']:.0%} / {p['ar']:.0%}" if p else f"{row['ar_share']:.0%}",
+                      f"{row.get('other_share', 0):.0%}"]
+            lines.append(f"| {model} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _plot_iteration(data: dict[str, Any], results_dir: str) -> str | None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    plots = os.path.join(results_dir, "plots")
+    os.makedirs(plots, exist_ok=True)
+    keys = list(data["rows"])
+    fig, ax = plt.subplots(figsize=(max(6, len(keys) * 1.2), 4))
+    width = 0.8 / len(SYSTEMS)
+    for i, s in enumerate(SYSTEMS):
+        ys = [(data["rows"][k]["simulated_s"].get(s) or 0) * 1e3 for k in keys]
+        ax.bar([j + i * width for j in range(len(keys))], ys, width, label=s)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(keys))], keys, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("ms per iteration (simulated)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    path = os.path.join(plots, "paper_iteration.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _ms(t: float | None) -> str:
+    return "OOM" if t is None else f"{t * 1e3:.1f} ms"
+
+
+def _x(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}x"

@@ -1,0 +1,29 @@
+"""`python -m benchmarks run all --quick`: the paper-evaluation harness end to end (a smoke test)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_paper_harness_quick(tmp_path):
+    md = tmp_path / "RESULTS.md"
+    md.write_text("# Results\n\nkept above\n<!-- paper-evaluation:begin -->\nold\n<!-- paper-evaluation:end -->\nkept below\n")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "run", "all", "--quick", "--results", str(tmp_path),
+                           "--markdown", str(md)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    iteration = json.loads((tmp_path / "paper_iteration.json").read_text())
+    assert iteration["quick"] and iteration["simulated"]
+    for row in iteration["rows"].values():
+        auto, best = row["simulated_s"]["auto"], min(v for v in row["simulated_s"].values() if v is not None)
+        assert auto == best and row["lower_bound_s"] > 0          # auto is never beaten by a baseline
+        assert "paper_s" not in row                                 # tiny models: no paper figure beside
+    strategies = json.loads((tmp_path / "paper_strategies.json").read_text())
+    assert set(strategies["rows"]) == {"mlp", "cnn", "transformer"}
+    text = md.read_text()
+    assert "kept above" in text and "kept below" in text and "\nold\n" not in text
+    assert "QUICK smoke run" in text and (tmp_path / "plots" / "paper_iteration.png").is_file()
