@@ -45,7 +45,8 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     from tag_tf.context import PassContext
     from tag_tf.frontend.loading import model_ir
     from tag_tf.models import build_model
-    from tag_tf.search.local_search import describe, local_search
+    from tag_tf.search.local_search import describe
+    from tag_tf.search.mcts import MctsOptions, mcts_search
     from tag_tf.sim.simulator import Simulator
     from tag_tf.topology.parse import load_topology
 
@@ -68,7 +69,7 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
 
     # 2. Plan (simulated) ----------------------------------------------------------------------
     sim = Simulator(analysis, topology)
-    result = local_search(sim, topology, budget_s=budget_s, progress=True)
+    result = mcts_search(sim, topology, MctsOptions(budget_s=budget_s, progress=True))
     labels = {"dp": "DP-NCCL (dp)", "dp-p": "DP-NCCL-P (dp-p)", "horovod": "Horovod (horovod)",
               "horovod-p": "Horovod-P (horovod-p)", "heterog": "HeteroG (heterog)"}
     times = {labels.get(k, k): v * 1e3 for k, v in result.baselines.items()}
@@ -82,7 +83,7 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     say(f"     compute lower bound: {sim.lower_bound_s() * 1e3:.2f} ms")
     say(f"     predicted speed-up over DP: {result.speedup_over_dp:.2f}x, over the best baseline "
         f"({result.best_baseline}): {result.speedup_over_best_baseline:.2f}x  "
-        f"({result.evaluations} strategies simulated in {result.seconds:.1f} s)")
+        f"({result.simulations} strategies simulated in {result.seconds:.1f} s, MCTS)")
     rows = describe(result.strategy, topology, analysis.grouping.groups)
     say("     plan: " + _plan_summary(rows))
     result.strategy.save(os.path.join(out_dir, "plan.json"))
@@ -212,7 +213,7 @@ def _write_report(out_dir: str, demo: DemoResult, model: str, topology: Any, ana
         *[f"| {name} | {ms:.2f} |" for name, ms in demo.plan_times_ms.items()],
         "",
         f"Predicted speed-up over DP: **{demo.speedup_over_dp:.2f}x**, over the best baseline "
-        f"({search.best_baseline}): **{search.speedup_over_best_baseline:.2f}x** ({search.evaluations} strategies "
+        f"({search.best_baseline}): **{search.speedup_over_best_baseline:.2f}x** ({search.simulations} strategies "
         f"simulated in {search.seconds:.1f} s). Timelines: `timeline.png` (this plan), `timeline_dp.png` (DP); "
         "`trace.json` opens in Perfetto / chrome://tracing.",
         "",
