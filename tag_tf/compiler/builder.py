@@ -299,6 +299,8 @@ class GraphBuilder:
         (the native expander's `emit_collectives` barrier, line for line)."""
         waits: dict[tuple[int, int], list[str]] = {}
         for (key, _), request in zip(self._pending, requests):
+            if self._origin.get(key, "training") != "training":
+                continue       # only fetched outside the step (metrics, summaries): the planning graph has none
             ref = key[1]
             for j, d in enumerate(self.placement.of(ref.op).devices):
                 ops = waits.setdefault((request.level, d), [])

@@ -56,7 +56,8 @@ class StrategyGNN(nn.Module):
                 for et in EDGE_TYPES}))
         self.norms = nn.ModuleList(nn.ModuleDict({t: nn.LayerNorm(width) for t in ("op", "dev")})
                                    for _ in range(layers))
-        self.decode = nn.Sequential(nn.Linear(2 * width + len(OPTIONS), width), nn.ReLU(), nn.Linear(width, 1))
+        # Decoder input: next group, the action's device groups, option one-hot, share of all devices.
+        self.decode = nn.Sequential(nn.Linear(2 * width + len(OPTIONS) + 1, width), nn.ReLU(), nn.Linear(width, 1))
 
     def embed(self, data: HeteroData) -> dict[str, torch.Tensor]:
         h = {t: torch.relu(self.encode[t](data[t].x)) for t in ("op", "dev")}
@@ -75,7 +76,9 @@ class StrategyGNN(nn.Module):
     def forward(self, data: HeteroData, next_group: int, action_mask: torch.Tensor,
                 action_option: torch.Tensor) -> torch.Tensor:
         """Log-priors of the actions: `action_mask` [A, device groups] (the share of each device
-        group an action uses), `action_option` [A, len(OPTIONS)] one-hot."""
+        group an action uses), `action_option` [A, len(OPTIONS) + 1]: option one-hot and the share
+        of all devices the action uses (the mask's mean embedding alone cannot tell one GPU of a
+        group from all of them)."""
         h = self.embed(data)
         weights = action_mask / action_mask.sum(dim=1, keepdim=True).clamp_min(1e-9)
         devs = weights @ h["dev"]
@@ -122,11 +125,12 @@ class GraphFeatures:
         self.link_index = torch.tensor([src, dst], dtype=torch.long).reshape(2, -1)
         self.link_attr = torch.tensor(attr, dtype=torch.float32).reshape(-1, 1)
         mask = np.zeros((len(self.actions), len(dgroups)))
-        option = np.zeros((len(self.actions), len(OPTIONS)))
+        option = np.zeros((len(self.actions), len(OPTIONS) + 1))
         for i, act in enumerate(self.actions):
             for d in act.devices:
                 mask[i, self.dev_group_of[d]] += 1.0 / len(dgroups[self.dev_group_of[d]].devices)
             option[i, OPTIONS.index(act.option)] = 1.0
+            option[i, -1] = len(act.devices) / topology.num_devices
         self.action_mask = torch.as_tensor(mask, dtype=torch.float32)
         self.action_option = torch.as_tensor(option, dtype=torch.float32)
 

@@ -172,7 +172,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
         if prior is None or len(prefix) >= n_groups:
             return uniform
         p = np.asarray(prior(prefix, order[len(prefix)], leaf), dtype=np.float64)
-        if p.shape != uniform.shape or not np.all(np.isfinite(p)) or p.sum() <= 0:
+        if p.shape != uniform.shape or not np.all(np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
             raise ValueError(f"MCTS prior: expected {len(actions)} finite non-negative scores, got shape {p.shape}")
         return p / p.sum()
 
@@ -184,21 +184,23 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
         return dataclasses.replace(template, groups=tuple(groups))
 
     simulated: dict[tuple[GroupPlan, ...], float] = {}
+    reports: dict[tuple[GroupPlan, ...], Any] = {}     # kept for the prior's feedback features
 
-    def evaluate(prefix: tuple[int, ...]) -> tuple[float, Strategy, float, Any, bool]:
-        """Simulated time, plan, reward, the report of prefix's leaf plan (when simulated now and it
-        runs) and whether it was simulated now."""
+    def evaluate(prefix: tuple[int, ...]) -> tuple[float, Strategy, Any, bool]:
+        """Simulated time, plan, the report of prefix's leaf plan (None when it does not run) and
+        whether it was simulated now."""
         plan = plan_of(prefix)
         key = plan.groups
-        report = None
         new = key not in simulated
         if new:
             report = cost.report(plan)
             simulated[key] = math.inf if report is None or report.oom else report.iteration_time_s
-        t = simulated[key]
-        reward = OOM_REWARD if not np.isfinite(t) else (reference / t if np.isfinite(reference) else 1.0)
-        return t, plan, reward, report, new
+            if prior is not None and report is not None:
+                reports[key] = report
+        return simulated[key], plan, reports.get(key), new
 
+    if n_groups == 0:
+        raise ValueError("MCTS: the graph has no op groups to place")
     table: dict[tuple[int, ...], _Vertex] = {(): _Vertex(prior_of((), None))}
     best_plan, best_time = fixed[best_name], reference
     iterations = 0
@@ -223,7 +225,10 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
                 prefix = prefix + (a,)
                 if prefix not in table or len(prefix) == n_groups:
                     break
-            t, plan, reward, report, new = evaluate(prefix)
+            t, plan, report, new = evaluate(prefix)
+            # Speed-up over the best baseline; when none runs, over the best plan found so far.
+            scale = reference if np.isfinite(reference) else (best_time if np.isfinite(best_time) else t)
+            reward = OOM_REWARD if not np.isfinite(t) else scale / t
             stale = 0 if new else stale + 1
             if stale > STALE_ITERATIONS:        # the tree keeps revisiting known plans: done early
                 break
@@ -259,21 +264,22 @@ def balance_shares(cost: Evaluator, strategy: Strategy, best: float, deadline: D
     the idlest (share_i / busy_i, damped), keeping each change that simulates faster."""
     if strategy.shares is None:
         return strategy, best
+    step = 0.5                       # exponent of the correction; halved after a failed trial
+    report = cost.report(strategy)
     for _ in range(rounds):
-        if time.perf_counter() > deadline.end:
+        if time.perf_counter() > deadline.end or report is None or report.oom:
             break
-        report = cost.report(strategy)
-        if report is None or report.oom:
-            break
-        busy = np.maximum(1.0 - np.asarray(report.device_idle, dtype=np.float64), 1e-3)
+        busy = np.clip(1.0 - np.asarray(report.device_idle, dtype=np.float64), 0.05, 1.0)
         shares = np.asarray(strategy.shares, dtype=np.float64)
-        new = shares / np.sqrt(busy)
+        new = shares / busy ** step
         new = new / new.sum()
         trial = dataclasses.replace(strategy, shares=tuple(float(x) for x in new))
-        t = cost(trial)
-        if not t < best * (1 - 1e-6):
-            break
-        strategy, best = trial, t
+        trial_report = cost.report(trial)
+        t = math.inf if trial_report is None or trial_report.oom else trial_report.iteration_time_s
+        if t < best * (1 - 1e-6):
+            strategy, best, report = trial, t, trial_report
+        else:
+            step /= 2
     return strategy, best
 
 
