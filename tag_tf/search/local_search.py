@@ -22,6 +22,7 @@ from tag_tf.search.baselines import BASELINES, baseline, device_capacities
 from tag_tf.search.heterog import heterog_search
 from tag_tf.search.moves import (Deadline, Evaluator, candidate_device_sets, coupled_blocks, improve,
                                  tune_fusion)
+from tag_tf.search.outcome import BaselineComparison
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
 NOTHING_FITS = "every strategy tried runs out of device memory or has fewer samples than replicas"
@@ -29,40 +30,13 @@ HETEROG_SHARE = 0.4     # of the budget, for the HeteroG baseline's search (its 
 
 
 @dataclasses.dataclass(frozen=True)
-class SearchResult:
+class SearchResult(BaselineComparison):
     strategy: Strategy
     iteration_time_s: float            # simulated
     baselines: dict[str, float]        # simulated iteration time of each baseline (inf: does not run)
     evaluations: int
     seconds: float
     improved_groups: int
-
-    @property
-    def found(self) -> bool:
-        """False when no strategy tried runs (see NOTHING_FITS)."""
-        return bool(np.isfinite(self.iteration_time_s))
-
-    @property
-    def best_baseline(self) -> str | None:
-        """The fastest baseline that runs, or None."""
-        name = min(self.baselines, key=self.baselines.get)
-        return name if np.isfinite(self.baselines[name]) else None
-
-    def speedup_over(self, name: str) -> float | None:
-        """None when that baseline or the plan does not run (out of memory, batch smaller than the devices)."""
-        base, t = self.baselines[name], self.iteration_time_s
-        if not (self.found and np.isfinite(base)) or t <= 0:
-            return None
-        return base / t
-
-    @property
-    def speedup_over_dp(self) -> float | None:
-        return self.speedup_over("dp")
-
-    @property
-    def speedup_over_best_baseline(self) -> float | None:
-        best = self.best_baseline
-        return None if best is None else self.speedup_over(best)
 
 
 def local_search(sim: Any, topology: Any, *, budget_s: float = 30.0, max_passes: int = 3,

@@ -30,6 +30,7 @@ from tag_tf.search.baselines import BASELINES, baseline, device_capacities
 from tag_tf.search.heterog import heterog_search
 from tag_tf.search.moves import (Deadline, Evaluator, _progress, candidate_device_sets, coupled_blocks, improve,
                                  tune_fusion)
+from tag_tf.search.outcome import BaselineComparison
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
 C_PUCT = 1.5
@@ -74,7 +75,7 @@ def puct_scores(q: np.ndarray, n: np.ndarray, prior: np.ndarray, c: float) -> np
 
 
 class _Vertex:
-    __slots__ = ("prior", "n", "w", "children")
+    __slots__ = ("prior", "n", "w")
 
     def __init__(self, prior: np.ndarray):
         self.prior = prior
@@ -83,7 +84,7 @@ class _Vertex:
 
 
 @dataclasses.dataclass(frozen=True)
-class MctsResult:
+class MctsResult(BaselineComparison):
     strategy: Strategy
     iteration_time_s: float
     baselines: dict[str, float]
@@ -94,30 +95,6 @@ class MctsResult:
     time_to_beat_dp_s: float | None
     fell_back: bool                          # the best baseline won: it is the result
     prior: str
-
-    @property
-    def found(self) -> bool:
-        return bool(np.isfinite(self.iteration_time_s))
-
-    @property
-    def best_baseline(self) -> str | None:
-        name = min(self.baselines, key=self.baselines.get)
-        return name if np.isfinite(self.baselines[name]) else None
-
-    def speedup_over(self, name: str) -> float | None:
-        base, t = self.baselines.get(name, math.inf), self.iteration_time_s
-        if not (self.found and np.isfinite(base)) or t <= 0:
-            return None
-        return base / t
-
-    @property
-    def speedup_over_dp(self) -> float | None:
-        return self.speedup_over("dp")
-
-    @property
-    def speedup_over_best_baseline(self) -> float | None:
-        best = self.best_baseline
-        return None if best is None else self.speedup_over(best)
 
 
 PriorFn = Callable[[tuple[int, ...], int, Any], np.ndarray]
