@@ -12,7 +12,7 @@ step waits for the slower GPUs) near their datasheet values instead of drifting.
 parameter exists anywhere: every case shares the same physics.
 
 Figures from mixed clusters often cannot tell WHICH GPU type is the straggler: on the paper's
-testbed a slow P100 and a slow V100 explain the DP figures equally well (costs within 0.3%).
+testbed a slow P100 and a slow V100 explain the DP figures equally well (costs within 0.1%).
 `fit_basins` therefore fits from several starts (nominal, and each GPU type as the straggler) and,
 among the fits the figures cannot tell apart (cost within `TIE`), keeps the one that inverts the
 fewest pairs of the datasheet's order of GPU speeds; every basin is reported.
