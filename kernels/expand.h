@@ -733,9 +733,21 @@ class Expander {
     for (const PendingEdge& pe : pending_) edge(result[pe.request][task_device_[pe.to]], pe.to, pe.data);
   }
 
+  // The first layout sharding the batch like `id` (same devices and counts): replicas of an
+  // AllReduce group and of a PS group over the same devices take the same shards, so one split
+  // serves both (as the compiler memoizes it: by devices and counts, not by option).
+  int32_t shard_layout(int32_t id) const {
+    const Layout& l = layouts_[id];
+    for (size_t i = p_.num_devices; i < layouts_.size(); ++i) {
+      const Layout& o = layouts_[i];
+      if (o.mode == l.mode && o.devs == l.devs && o.counts == l.counts) return static_cast<int32_t>(i);
+    }
+    return id;
+  }
+
   // Shards of edge e's tensor laid out as `consumer` needs (one task per replica).
   const std::vector<int32_t>& split_of(int32_t e, int32_t consumer) {
-    const int64_t key = static_cast<int64_t>(p_.e_tensor[e]) * (1 << 20) + consumer;
+    const int64_t key = static_cast<int64_t>(p_.e_tensor[e]) * (1 << 20) + shard_layout(consumer);
     auto it = memo_split_.find(key);
     if (it != memo_split_.end()) return it->second;
     const int32_t src = p_.e_src[e];

@@ -4,6 +4,11 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Plans and profiles the tests make go to a scratch cache, and the user's own cached plans and
+# measured profiles (which planning now reads) never reach a test.
+import tempfile
+
+os.environ["TAG_TF_CACHE_DIR"] = tempfile.mkdtemp(prefix="tag_tf_test_cache_")
 
 import functools
 

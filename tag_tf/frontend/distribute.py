@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tag_tf.errors import TagError, VerificationError
-from tag_tf.frontend.planning import Plan, check_request, resolve_strategy
+from tag_tf.frontend.planning import Plan, check_request, resolve_strategy, stored_costs_for
 from tag_tf.frontend.program import GraphInfo, Program, Runner, capture
 from tag_tf.frontend.session_patch import bypass, install, uninstall
 from tag_tf.frontend.session_values import read_variables, synthetic_batch, write_variables
@@ -73,7 +73,8 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
     topology: a preset name ("local:4", "testbed", ...), a topology file or dict, or a Topology;
         default: this machine (its GPUs, else 4 virtual CPU devices).
     cluster: a cluster file (or ClusterSpec): run on those `tag-tf server`s, task i = machine i.
-    cache_dir: where plans are cached (default: $TAG_TF_CACHE_DIR or ~/.cache/tag_tf).
+    cache_dir: where plans are cached (default: $TAG_TF_CACHE_DIR or ~/.cache/tag_tf); op times
+        measured for this graph with `tag-tf profile` in its `profiles/` database are planned with.
     budget_s: planning time budget in seconds.
     verify: before training, check for 2 steps that the distributed graph trains like the original
         (first fed batch, or synthetic batches for iterator inputs); raise VerificationError if not.
@@ -305,9 +306,11 @@ class Distribution:
         check_compilable(analysis.graph)   # before planning: a refusal leaves no cached plan
         target = self.target
         target.check()                     # an unreachable cluster fails here, naming the task
+        costs = stored_costs_for(analysis, target.topology,
+                                 os.path.join(self.options["cache_dir"], "profiles") if self.options["cache_dir"] else None)
         plan = resolve_strategy(analysis, target.topology, self.options["strategy"],
                                 cache_dir=self.options["cache_dir"], budget_s=self.options["budget_s"],
-                                calibration=self.options["calibration"])
+                                calibration=self.options["calibration"], costs=costs)
         compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices,
                                     fetches=[f for f in fetches if f.rpartition(":")[0] in ir],
                                     run_ops=[r for r in roots if r in ir],

@@ -59,6 +59,29 @@ def load(args: argparse.Namespace, **model_extra: Any) -> Loaded:
     return Loaded(model_ir(model), rebuild, model, args.model)
 
 
+def add_cost_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile-db", help="profile database whose measured op profiles (`tag-tf profile`) and "
+                                        "calibrated cost-model constants the simulator uses (default "
+                                        "$TAG_TF_CACHE_DIR/profiles, else ~/.cache/tag_tf/profiles)")
+    p.add_argument("--no-profiles", action="store_true",
+                   help="ignore the profile database: op times from the datasheet cost model only")
+
+
+def stored_costs(loaded: Loaded, analysis: Analysis, topology: Any, args: argparse.Namespace) -> Any:
+    """The profile database's costs for this program (None with --no-profiles). A zoo model also
+    finds profiles measured at other batch sizes: it is rebuilt at the profile's batch size and
+    matched by fingerprint, exactly as `tag-tf profile` keyed it."""
+    from tag_tf.frontend.planning import stored_costs_for
+
+    if getattr(args, "no_profiles", False):
+        return None
+    rebuild = None
+    if loaded.rebuild is not None:
+        def rebuild(batch: int) -> str:
+            return loaded.rebuild(batch).fingerprint
+    return stored_costs_for(analysis, topology, getattr(args, "profile_db", None), rebuild)
+
+
 def strategy_from_spec(spec: str, analysis: Analysis, topology: Any, *, seed: int = 0,
                        check_topology: bool = True, budget_s: float = 10.0, sim: Any = None) -> Any:
     """`--strategy`: a baseline ("dp", "dp-p", "horovod", "horovod-p"; "heterog" is searched for
@@ -124,4 +147,5 @@ def analysis_for(loaded: Loaded, args: argparse.Namespace, ctx: PassContext | No
     return analyze(ctx, loaded.graph, rebuild=loaded.rebuild)
 
 
-__all__ = ["FUSION_HELP", "Loaded", "STRATEGY_HELP", "with_fusion", "add_model_args", "load", "analysis_for", "model_ir", "strategy_from_spec"]
+__all__ = ["FUSION_HELP", "Loaded", "STRATEGY_HELP", "with_fusion", "add_model_args", "load", "analysis_for", "model_ir", "strategy_from_spec",
+           "add_cost_args", "stored_costs"]

@@ -52,8 +52,30 @@ class Plan:
 DEFAULT_BUDGET_S = 30.0
 
 
+def simulator(analysis: Any, topology: Any, calibration: Any = "default", costs: Any = None) -> Any:
+    """The simulator plans are judged with: `calibration`'s physics, op times from `costs` (the
+    profile database's StoredCosts: measured profiles, calibrated constants) where it has them."""
+    from tag_tf.sim.simulator import Simulator
+
+    if costs is None:
+        return Simulator(analysis, topology, calibration=calibration)
+    return Simulator(analysis, topology, calibration=calibration, profile=costs.profiles, cost_model=costs.model)
+
+
+def stored_costs_for(analysis: Any, topology: Any, db: Any = None, rebuild: Callable[[int], str] | None = None) -> Any:
+    """What the profile database `db` (default: $TAG_TF_CACHE_DIR/profiles) holds for this graph on
+    this topology's device types; `rebuild(b)` is the program's fingerprint at batch size b."""
+    from tag_tf.profile.db import ProfileDB
+    from tag_tf.profile.stored import stored_costs
+    from tag_tf.sim.prepare import device_types
+
+    db = db if db is not None and not isinstance(db, (str, os.PathLike)) else ProfileDB(db)
+    fingerprints = {analysis.graph.fingerprint, analysis.graph_b1.fingerprint, analysis.graph_b2.fingerprint}
+    return stored_costs(db, device_types(topology), fingerprints, rebuild)
+
+
 def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = None,
-             calibration: Any = "default") -> Strategy:
+             calibration: Any = "default", costs: Any = None) -> Strategy:
     """The named baseline for this analysis on this topology, stamped with both ("heterog" is
     searched for `budget_s` seconds)."""
     from tag_tf.search import baselines
@@ -61,9 +83,8 @@ def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = N
     try:
         if name == "heterog":
             from tag_tf.search.heterog import heterog
-            from tag_tf.sim.simulator import Simulator
 
-            strategy = heterog(Simulator(analysis, topology, calibration=calibration), topology,
+            strategy = heterog(simulator(analysis, topology, calibration, costs), topology,
                                DEFAULT_BUDGET_S if budget_s is None else budget_s)
         else:
             strategy = baselines.baseline(name, len(analysis.grouping.groups), topology)
@@ -72,16 +93,16 @@ def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = N
     return dataclasses.replace(strategy, graph=analysis.graph.fingerprint, topology=topology.fingerprint)
 
 
-def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None, calibration: Any = "default") -> Strategy:
+def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None, calibration: Any = "default",
+                costs: Any = None) -> Strategy:
     """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds:
     the strategy creator's MCTS (uniform prior until trained GNN weights ship), polished by the local
     search's moves, never slower (simulated) than the best baseline. Shows a progress bar on terminals."""
     from tag_tf.search.local_search import NOTHING_FITS
     from tag_tf.search.mcts import MctsOptions, mcts_search
-    from tag_tf.sim.simulator import Simulator
 
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
-    result = mcts_search(Simulator(analysis, topology, calibration=calibration), topology,
+    result = mcts_search(simulator(analysis, topology, calibration, costs), topology,
                          MctsOptions(budget_s=budget, progress=True))
     if not result.found:
         raise StrategyError(f"strategy='auto': no plan fits {topology.name!r}: {NOTHING_FITS} "
@@ -127,11 +148,12 @@ def _given(request: Any) -> Strategy:
 def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cache_dir: str | None = None,
                      budget_s: float | None = None,
                      planner: Callable[[Any, Any, str, float | None], Strategy] | None = None,
-                     calibration: Any = "default") -> Plan:
+                     calibration: Any = "default", costs: Any = None) -> Plan:
     """The strategy to compile `analysis` with on `topology`.
 
-    `planner(analysis, topology, request, budget_s)` plans the PLANNED requests (default: `plan`);
-    its result is cached under `cache_dir` (default: $TAG_TF_CACHE_DIR or ~/.cache/tag_tf).
+    `planner(analysis, topology, request, budget_s)` plans the PLANNED requests (default: `plan`,
+    judging plans with `calibration` and the op times of `costs`, a StoredCosts or None); its
+    result is cached under `cache_dir` (default: $TAG_TF_CACHE_DIR or ~/.cache/tag_tf).
     """
     key = request_key(request)
     groups = len(analysis.grouping.groups)
@@ -143,6 +165,8 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
     cache = PlanCache(cache_dir)
     # A plan made under other physics is another plan: the calibration's values are in the key.
     physics = f"+cal:{_calibration_key(calibration, topology)}"
+    if costs is not None and not costs.empty:     # measured op times are other physics as well
+        physics += f"+costs:{costs.digest}"
     path = cache.path(analysis.graph.fingerprint, topology.fingerprint, key + physics, groups,
                       grouping=grouping_digest(analysis))
     cached = cache.load(path)
@@ -155,18 +179,20 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
             log.info("plan cache hit: %s", path)
             return Plan(cached, key, cache_hit=True, cache_path=path)
     start = time.perf_counter()
-    strategy = (planner or functools.partial(plan, calibration=calibration))(analysis, topology, key, budget_s)
+    strategy = (planner or functools.partial(plan, calibration=calibration, costs=costs))(
+        analysis, topology, key, budget_s)
     strategy.validate(groups, topology.num_devices)
     seconds = time.perf_counter() - start
     cache.store(path, strategy, key)
     return Plan(strategy, key, cache_hit=False, cache_path=path, seconds=seconds)
 
 
-def plan(analysis: Any, topology: Any, request: str, budget_s: float | None, calibration: Any = "default") -> Strategy:
+def plan(analysis: Any, topology: Any, request: str, budget_s: float | None, calibration: Any = "default",
+         costs: Any = None) -> Strategy:
     """Plan a strategy for a PLANNED request (the hook the real search plugs into via choose_auto)."""
     if request == "auto":
-        return choose_auto(analysis, topology, budget_s, calibration)
-    return baseline(request, analysis, topology, budget_s, calibration)
+        return choose_auto(analysis, topology, budget_s, calibration, costs)
+    return baseline(request, analysis, topology, budget_s, calibration, costs)
 
 
 def _calibration_key(calibration: Any, topology: Any) -> str:
@@ -238,4 +264,4 @@ class PlanCache:
 
 
 __all__ = ["Plan", "PlanCache", "baseline", "check_request", "choose_auto", "default_cache_dir", "plan",
-           "request_key", "resolve_strategy"]
+           "request_key", "resolve_strategy", "simulator", "stored_costs_for"]

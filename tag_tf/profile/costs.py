@@ -74,7 +74,7 @@ class OpCosts:
                    np.asarray(d["per_sample"], dtype=np.float64), dict(d["source"]))
 
 
-def _canonical(device_type: str) -> str:
+def canonical_device_type(device_type: str) -> str:
     """GPU_TYPES name for a type or alias; other names ("cpu", an unknown local GPU) as given."""
     from tag_tf.topology.gpus import gpu_type
 
@@ -95,8 +95,9 @@ def model_line(model: CostModel, work_b1: Any, work_b2: Any, b1: int, b2: int, d
 
 def op_costs(graph_b1: Graph, graph_b2: Graph, b1: int, b2: int, op_names: Sequence[str],
              device_types: Sequence[str], profile: Any = None, model: CostModel | None = None) -> OpCosts:
-    """Op times for every device type: measured where the profile's device type matches, else the
-    analytical model (see the module docstring). `profile` is an OpProfile or None."""
+    """Op times for every device type: measured where a profile's device type matches, else the
+    analytical model (see the module docstring). `profile` is an OpProfile, several (one per device
+    type; the first of a type wins) or None."""
     if b1 == b2 or b1 < 1 or b2 < 1:
         raise ProfileError(f"op_costs needs two distinct positive batch sizes, got {b1} and {b2}")
     names = tuple(op_names)
@@ -117,16 +118,20 @@ def op_costs(graph_b1: Graph, graph_b2: Graph, b1: int, b2: int, op_names: Seque
             works = (graph_work_detail(graph_b1, names), graph_work_detail(graph_b2, names))
         return model_line(model, works[0], works[1], b1, b2, dt)
 
-    measured_type = _canonical(profile.device_type) if profile is not None else None
+    profiles = () if profile is None else (profile,) if hasattr(profile, "device_type") else tuple(profile)
+    measured: dict[str, Any] = {}
+    for given in profiles:
+        measured.setdefault(canonical_device_type(given.device_type), given)
     for d, dt in enumerate(types):
-        if measured_type is not None and _canonical(dt) == measured_type:
-            index = profile.index()
-            absorbed = profile.info.get("absorbed", {})
+        prof = measured.get(canonical_device_type(dt))
+        if prof is not None:
+            index = prof.index()
+            absorbed = prof.info.get("absorbed", {})
             rows = np.array([index.get(name, -1) for name in names], dtype=np.int64)
             have = rows >= 0
             fused = np.array([name in absorbed for name in names], dtype=bool) & ~have
-            fixed[d, have] = profile.fixed[rows[have]]
-            per_sample[d, have] = profile.per_sample[rows[have]]
+            fixed[d, have] = prof.fixed[rows[have]]
+            per_sample[d, have] = prof.per_sample[rows[have]]
             rest = ~have & ~fused
             if rest.any():
                 f, p = modelled(dt)
@@ -142,4 +147,4 @@ def op_costs(graph_b1: Graph, graph_b2: Graph, b1: int, b2: int, op_names: Seque
     return OpCosts(names, types, fixed, per_sample, source)
 
 
-__all__ = ["OpCosts", "op_costs", "model_line"]
+__all__ = ["OpCosts", "op_costs", "model_line", "canonical_device_type"]

@@ -307,7 +307,7 @@ def session_config(tf_device: str, inter_op_threads: int | None = 1) -> Any:
 
     cfg = keep_as_written(tf.compat.v1.ConfigProto(allow_soft_placement=True,
                                                    operation_timeout_in_ms=DEFAULT_TIMEOUT_MS))
-    if tf_device.startswith("/device:CPU"):
+    if "device:CPU" in tf_device:
         cfg.device_count["GPU"] = 0
         if inter_op_threads:
             cfg.inter_op_parallelism_threads = int(inter_op_threads)
@@ -319,7 +319,7 @@ def session_config(tf_device: str, inter_op_threads: int | None = 1) -> Any:
 class _Session:
     """A tf.Session on an imported GraphDef, variables initialised once."""
 
-    def __init__(self, graph_def: Any, init_op: str | None, tf_device: str, config: Any):
+    def __init__(self, graph_def: Any, init_op: str | None, tf_device: str, config: Any, target: str = ""):
         import tensorflow as tf
 
         self.graph = tf.Graph()
@@ -328,7 +328,7 @@ class _Session:
             # such as string ops on the host).
             with tf.device(tf_device):
                 tf.graph_util.import_graph_def(graph_def, name="")
-        self.sess = tf.compat.v1.Session(graph=self.graph, config=config)
+        self.sess = tf.compat.v1.Session(target, graph=self.graph, config=config)
         if init_op:
             self.sess.run(init_op)
 
@@ -352,13 +352,15 @@ class _Session:
 def profile_steps(steps: Mapping[int, TrainStep], *, repeats: int = 5, warmup: int = 2,
                   device: str = "local", inter_op_threads: int | None = 1,
                   op_types: Mapping[str, str] | None = None, info: Mapping[str, Any] | None = None,
-                  statistic: str = "median") -> OpProfile:
+                  statistic: str = "median", target: str = "", device_type: str | None = None) -> OpProfile:
     """Trace `repeats` steps at each batch size (keys of `steps`) and fit the per-op linear models.
 
     Steps that share one GraphDef object (a graph with a dynamic batch dimension fed different batch
     sizes) share one session; otherwise each batch size gets its own graph and session.
     `statistic` reduces the repeats per op: "median" (default: a preempted repeat on a shared CPU
-    cannot move it), "mean" (the paper's average) or "min".
+    cannot move it), "mean" (the paper's average) or "min". With `target` (a server's
+    "grpc://host:port"), `device` is a full device name on that cluster (".../task:1/device:GPU:0")
+    and `device_type` what it is: how `tag-tf profile --cluster` measures the devices of servers.
     """
     reducers = {"median": np.nanmedian, "mean": np.nanmean, "min": np.nanmin}
     if statistic not in reducers:
@@ -372,7 +374,12 @@ def profile_steps(steps: Mapping[int, TrainStep], *, repeats: int = 5, warmup: i
         raise ProfileError(f"batch sizes must be >= 1, got {batch_sizes}")
     import tensorflow as tf
 
-    device_type, tf_device = resolve_device(device)
+    if target:
+        if not device_type:
+            raise ProfileError(f"profiling {device} on {target}: the device type must be given")
+        tf_device = device
+    else:
+        device_type, tf_device = resolve_device(device)
     config = session_config(tf_device, inter_op_threads)
 
     sessions: dict[int, _Session] = {}
@@ -385,7 +392,7 @@ def profile_steps(steps: Mapping[int, TrainStep], *, repeats: int = 5, warmup: i
             st = steps[b]
             key = id(st.graph_def)
             if key not in by_graph:
-                by_graph[key] = _Session(st.graph_def, st.init_op, tf_device, config)
+                by_graph[key] = _Session(st.graph_def, st.init_op, tf_device, config, target)
             sessions[b] = by_graph[key]
         for b in batch_sizes:                 # warm-up: allocations, autotuning, profiler start-up
             for _ in range(warmup):
@@ -484,7 +491,8 @@ def check_same_ops(graph_defs: Mapping[int, Any]) -> None:
 
 def profile_model(name: str, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, *, repeats: int = 5,
                   warmup: int = 2, tiny: bool = False, dynamic_batch: bool = False, device: str = "local",
-                  seed: int = 0, inter_op_threads: int | None = 1, **build_kwargs: Any) -> OpProfile:
+                  seed: int = 0, inter_op_threads: int | None = 1, target: str = "", device_type: str | None = None,
+                  **build_kwargs: Any) -> OpProfile:
     """Profile a zoo model: rebuilt at each batch size (op names checked to be stable), or built once
     with a dynamic batch dimension and fed each batch size."""
     from tag_tf.models import build_model
@@ -502,7 +510,7 @@ def profile_model(name: str, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, *
             "inter_op_threads": inter_op_threads, **{k: _jsonable(v) for k, v in build_kwargs.items()}}
     log.info("profiling %s at batch sizes %s (%d repeats)", name, sizes, repeats)
     return profile_steps(steps, repeats=repeats, warmup=warmup, device=device,
-                         inter_op_threads=inter_op_threads, info=info)
+                         inter_op_threads=inter_op_threads, info=info, target=target, device_type=device_type)
 
 
 def _jsonable(v: Any) -> Any:

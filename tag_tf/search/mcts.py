@@ -31,6 +31,7 @@ from tag_tf.search.heterog import heterog_search
 from tag_tf.search.moves import (Deadline, Evaluator, _progress, candidate_device_sets, coupled_blocks, improve,
                                  tune_fusion)
 from tag_tf.search.outcome import BaselineComparison
+from tag_tf.search.shares import ShareSolver
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
 C_PUCT = 1.5
@@ -225,7 +226,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
         best_plan, best_time, _ = improve(cost, best_plan, best_time, actions, moves, deadline, max_passes=1,
                                           progress=options.progress, label="MCTS polish")
         best_plan, best_time = tune_fusion(cost, best_plan, best_time, deadline)
-        best_plan, best_time = balance_shares(cost, best_plan, best_time, deadline)
+        best_plan, best_time = balance_shares(cost, best_plan, best_time, deadline, ShareSolver(sim.prepared))
     fell_back = not best_time < reference
     if fell_back and best_name in fixed:
         best_plan, best_time = fixed[best_name], reference
@@ -235,12 +236,20 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
                       beat_dp_at, beat_dp_s, fell_back, prior_name)
 
 
-def balance_shares(cost: Evaluator, strategy: Strategy, best: float, deadline: Deadline, *,
-                   rounds: int = 6) -> tuple[Strategy, float]:
-    """Batch shares for this plan: move samples from the devices the simulation shows busiest to
-    the idlest (share_i / busy_i, damped), keeping each change that simulates faster."""
+def balance_shares(cost: Evaluator, strategy: Strategy, best: float, deadline: Deadline,
+                   solver: ShareSolver | None = None, *, rounds: int = 6) -> tuple[Strategy, float]:
+    """Batch shares for this plan: first the shares that level each device's predicted compute
+    (`solver`, an LP; kept only if they simulate faster: it knows neither communication nor the
+    order in which groups wait for each other), then, by simulation, samples move from the devices
+    busiest to the idlest (share_i / busy_i, damped), keeping each change that simulates faster."""
     if strategy.shares is None:
         return strategy, best
+    levelled = solver.solve(strategy) if solver is not None else None
+    if levelled is not None:
+        trial = dataclasses.replace(strategy, shares=levelled)
+        t = cost(trial)
+        if t < best * (1 - 1e-6):
+            strategy, best = trial, t
     step = 0.5                       # exponent of the correction; halved after a failed trial
     report = cost.report(strategy)
     for _ in range(rounds):

@@ -61,9 +61,9 @@ class SimReport:
 
 class Simulator:
     def __init__(self, analysis: Analysis, topology: Any, costs: Any = None, comm: Any = None,
-                 profile: Any = None, calibration: Any = "default"):
-        """`costs`: OpCosts for the training ops (default: measured `profile` where its device type
-        matches, else the analytical model); `comm`: a CommModel with fitted transfers, or None;
+                 profile: Any = None, calibration: Any = "default", cost_model: Any = None):
+        """`costs`: OpCosts for the training ops (default: a measured `profile` -- one OpProfile or
+        several -- where its device type matches, else the analytical `cost_model`); `comm`: a CommModel with fitted transfers, or None;
         `calibration`: "default" (the shipped fit for the `testbed`/`cloud` presets, datasheet
         physics elsewhere), None or "nominal" (datasheet), a calibration file or a Calibration."""
         from tag_tf import _simcore
@@ -71,7 +71,7 @@ class Simulator:
         self.analysis = analysis
         self.topology = topology
         if costs is None:
-            costs = training_costs(analysis, device_types(topology), profile)
+            costs = training_costs(analysis, device_types(topology), profile, cost_model)
         self.costs = costs
         self.nominal = prepare(analysis, topology, costs, comm)
         self.calibration = resolve_calibration(calibration, topology)
@@ -210,11 +210,11 @@ def _task_name(kind: int, op: int, names: Sequence[str]) -> str:
     return base if kind == 0 else f"{TASK_KINDS[kind]}:{base}"
 
 
-def training_costs(analysis: Analysis, types: Sequence[str], profile: Any = None) -> Any:
+def training_costs(analysis: Analysis, types: Sequence[str], profile: Any = None, model: Any = None) -> Any:
     """OpCosts for every training op on the given device types (profile where measured, else model)."""
     from tag_tf.profile.costs import op_costs
 
     train = training_ops(analysis.graph)
     names = [n for n in analysis.graph.order if n in train]
     return op_costs(analysis.graph_b1, analysis.graph_b2, analysis.batch.b1, analysis.batch.b2, names,
-                    list(types), profile=profile)
+                    list(types), profile=profile, model=model)

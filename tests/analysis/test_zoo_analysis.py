@@ -1,10 +1,11 @@
 """The analyzer on every zoo model (tiny sizes; tf-slim nets keep their real structure)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest import analysis_of
-from tag_tf.analysis.grouping import colocation_pairs
+from tag_tf.analysis.grouping import MIN_BALANCED_GROUPS, colocation_pairs
 from tag_tf.analysis.simplify import training_ops
 from tag_tf.analysis.states import Kind
 from tag_tf.models import MODEL_NAMES
@@ -64,6 +65,25 @@ def test_groups_respect_colocation_and_limit(analysed):
     # Every planned op is in exactly one group: the groups' compute adds up to all of it.
     assert sum(len(g.ops) for g in a.grouping.groups) == len(a.planning.ops)
     assert sum(g.compute for g in a.grouping.groups) == pytest.approx(float(a.weights.sum()))
+    # The paper's balance factor 2 is kept, not only asked of METIS (unless that would leave fewer
+    # than MIN_BALANCED_GROUPS groups).
+    assert a.grouping.balance <= 2.0 + 1e-9 or len(a.grouping.groups) <= MIN_BALANCED_GROUPS
+
+
+def test_balance_holds_when_one_op_outweighs_the_mean():
+    """A single op heavier than twice the mean of the requested groups: fewer, heavier groups are
+    made (the op cannot be split), so the largest group stays within twice the mean."""
+    from tag_tf.analysis.grouping import group_ops
+
+    _, a = analysis_of("transformer")
+    weights = np.array(a.weights, dtype=float)
+    heavy = int(np.argmax(weights))
+    weights[heavy] = 0.25 * (weights.sum() - weights[heavy])     # one op: a fifth of the whole graph
+    grouping = group_ops(a.graph_b1, a.planning, weights, num_groups=60)
+    assert grouping.balance <= 2.0 + 1e-9
+    assert MIN_BALANCED_GROUPS <= len(grouping.groups) <= 10    # a fifth of the work in one op: <= 10 groups
+    free = group_ops(a.graph_b1, a.planning, a.weights, num_groups=60)
+    assert len(free.groups) > len(grouping.groups) and free.balance <= 2.0 + 1e-9
 
 
 def test_group_count_option():

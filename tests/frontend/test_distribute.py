@@ -178,6 +178,26 @@ def test_graph_without_training_passes_through(cache):
 # ---------------------------------------------------------------------------------------------
 # Plans: cache, strategies
 # ---------------------------------------------------------------------------------------------
+def test_planning_uses_profiles_stored_for_the_graph(cache):
+    """distribute plans with the op times measured for this graph in cache_dir/profiles, and a plan
+    made with other op times is another cached plan."""
+    from tag_tf.profile.db import ProfileDB
+    from tag_tf.profile.op_profiler import OpProfile
+
+    with dist(cache) as d:
+        train_with_session(Model(), 1)
+    first = d.plans[0]
+    graph = d.programs[0].analysis.graph
+    names = tuple(graph.order)
+    n = len(names)          # every op 1 ms: not what the datasheet predicts for this MLP
+    measured = OpProfile(device_type="cpu", op_names=names, fixed=np.full(n, 1e-3), per_sample=np.zeros(n),
+                         batch_sizes=(2, 4), times=np.full((n, 2), 1e-3), raw=np.full((2, 1, n), 1e-3), repeats=1)
+    ProfileDB(os.path.join(cache, "profiles")).put_op_profile(measured, graph.fingerprint)
+    with dist(cache) as d:
+        train_with_session(Model(), 1)
+    assert not d.plans[0].cache_hit and d.plans[0].cache_path != first.cache_path
+
+
 def test_plan_cache_hit_on_second_run(cache, monkeypatch):
     from tag_tf.frontend import planning
 

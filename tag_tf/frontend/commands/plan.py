@@ -6,7 +6,7 @@ import math
 import sys
 
 from tag_tf.errors import StrategyError
-from tag_tf.frontend.loading import add_model_args, analysis_for, load
+from tag_tf.frontend.loading import add_cost_args, add_model_args, analysis_for, load, stored_costs
 
 
 def register(sub) -> None:
@@ -26,6 +26,7 @@ def register(sub) -> None:
     p.add_argument("--calibration", default="default",
                    help="simulator physics: 'default' (the shipped fit for testbed/cloud, datasheet elsewhere), "
                         "'nominal' (datasheet), or a calibration JSON from `tag-tf calibrate`")
+    add_cost_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -33,14 +34,15 @@ def register(sub) -> None:
 def run(args) -> int:
     from tag_tf.context import Options, PassContext
     from tag_tf.search.local_search import NOTHING_FITS, describe, local_search
-    from tag_tf.sim.simulator import Simulator
+    from tag_tf.frontend.planning import simulator
     from tag_tf.topology.parse import load_topology
 
     topology = load_topology(args.topology)
     ctx = PassContext(Options(num_groups=args.groups))
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
-    sim = Simulator(analysis, topology, calibration=args.calibration)
+    costs = stored_costs(loaded, analysis, topology, args)
+    sim = simulator(analysis, topology, args.calibration, costs)
     if args.iterations is not None and args.iterations < 1:
         raise StrategyError(f"--iterations must be at least 1, got {args.iterations}")
     if args.budget < 0:
@@ -74,7 +76,7 @@ def run(args) -> int:
            "baselines": {k: _seconds(v) for k, v in result.baselines.items()},
            "speedup_vs_dp": result.speedup_over_dp, "speedup_vs_best_baseline": result.speedup_over_best_baseline,
            **search, "planning_time_s": round(seconds, 3), "simulations": simulations, "oom": False,
-           "cost_sources": dict(sim.costs.source),
+           "cost_sources": dict(sim.costs.source), "profiles": dict(costs.files) if costs else {},
            "evaluations": simulations, "search_s": round(seconds, 2),
            "strategy": result.strategy.to_dict(),
            "groups": describe(result.strategy, topology, analysis.grouping.groups)}

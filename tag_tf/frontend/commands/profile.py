@@ -2,8 +2,13 @@
 
     tag-tf profile --model cnn --tiny --batch-sizes 2,4,8 --repeats 5 --json
 
-Only local devices can be measured ("local": the first GPU, else the CPU; "cpu"; "gpu[:N]"); GPU
-types that are not present get op times from the analytical cost model at planning time.
+    tag-tf profile --model vgg19 --cluster cluster.json --topology mine.yaml --json
+
+Without --cluster, a device of this machine is measured ("local": the first GPU, else the CPU;
+"cpu"; "gpu[:N]"). With --cluster (the servers of `tag-tf server`), each device type present on the
+cluster is measured once, on the first server that has it: the types come from --topology (machine
+i = task i), or, for CPU-only servers, from the servers themselves. GPU types that are measured
+nowhere get op times from the analytical cost model at planning time.
 """
 from __future__ import annotations
 
@@ -27,6 +32,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch-sizes", default="2,4,8,16", help="comma-separated batch sizes (default 2,4,8,16)")
     p.add_argument("--repeats", type=int, default=5, help="traced steps per batch size (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="untraced warm-up steps per batch size (default 2)")
+    p.add_argument("--cluster", help="a cluster file: profile each device type present on its servers")
+    p.add_argument("--topology", help="with --cluster: the cluster's topology (machine i = task i), which names "
+                                      "each server's GPU types (default: CPU-only servers)")
     p.add_argument("--tiny", action="store_true", help="build the tiny variant of the model")
     p.add_argument("--dynamic-batch", action="store_true",
                    help="build once with a dynamic batch dimension and feed each batch size")
@@ -50,7 +58,7 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tag_tf.ir import from_graph_def
+    from tag_tf.frontend.loading import model_ir
     from tag_tf.models import build_model
     from tag_tf.profile.db import ProfileDB, default_db_path
     from tag_tf.profile.op_profiler import profile_model, resolve_device
@@ -60,35 +68,95 @@ def run(args: argparse.Namespace) -> int:
         raise ProfileError(f"--repeats must be >= 1, got {args.repeats}")
     if args.warmup < 0:
         raise ProfileError(f"--warmup must be >= 0, got {args.warmup}")
-    device_type, _ = resolve_device(args.device)
+    if args.topology and not args.cluster:
+        raise ProfileError("--topology is for --cluster (the cluster's machines); a local profile needs neither")
+    targets = cluster_devices(args.cluster, args.topology) if args.cluster else [Target(*resolve_device(args.device))]
     db = ProfileDB(args.db or default_db_path())
 
     t0 = time.perf_counter()
     # The key: the graph's IR fingerprint (at the smallest batch size; batch-independent when the
     # batch dimension is dynamic).
     model = build_model(args.model, batch_size=sizes[0], tiny=args.tiny, dynamic_batch=args.dynamic_batch)
-    graph = from_graph_def(model.graph_def, model.meta_graph_def)
-    fingerprint = graph.fingerprint
+    fingerprint = model_ir(model).fingerprint     # what `plan` rebuilds and matches (frontend/loading.py)
+    reports = []
+    for target in targets:
+        def measure(target=target):
+            prof = profile_model(args.model, sizes, repeats=args.repeats, warmup=args.warmup, tiny=args.tiny,
+                                 dynamic_batch=args.dynamic_batch,
+                                 device=target.tf_device if target.server else args.device,
+                                 target=target.server, device_type=target.device_type if target.server else None)
+            return dataclasses.replace(prof, fingerprint=fingerprint)
 
-    def measure():
-        prof = profile_model(args.model, sizes, repeats=args.repeats, warmup=args.warmup, tiny=args.tiny,
-                             dynamic_batch=args.dynamic_batch, device=args.device)
-        return dataclasses.replace(prof, fingerprint=fingerprint)
-
-    if args.force:
-        profile, cached = measure(), False
-        db.put_op_profile(profile, fingerprint, device_type, sizes)
+        if args.force:
+            profile, cached = measure(), False
+            db.put_op_profile(profile, fingerprint, target.device_type, sizes)
+        else:
+            profile, cached = db.op_profile(fingerprint, target.device_type, sizes, measure)
+        report = summarize(profile, args.model, args.top)
+        report.update({"fingerprint": fingerprint, "tiny": bool(args.tiny), "cached": cached,
+                       "db": db.op_profile_path(fingerprint, target.device_type, sizes)})
+        if target.server:
+            report.update({"server": target.server, "device": target.tf_device})
+        reports.append(report)
+    elapsed = round(time.perf_counter() - t0, 3)
+    if args.cluster:
+        out = {"model": args.model, "cluster": args.cluster, "device_types": [r["device_type"] for r in reports],
+               "profiles": reports, "elapsed_s": elapsed}
     else:
-        profile, cached = db.op_profile(fingerprint, device_type, sizes, measure)
-    report = summarize(profile, args.model, args.top)
-    report.update({"fingerprint": fingerprint, "tiny": bool(args.tiny), "cached": cached,
-                   "db": db.op_profile_path(fingerprint, device_type, sizes),
-                   "elapsed_s": round(time.perf_counter() - t0, 3)})
+        out = {**reports[0], "elapsed_s": elapsed}
     if args.json:
-        print(json.dumps(report, indent=None, sort_keys=False))
+        print(json.dumps(out, indent=None, sort_keys=False))
     else:
-        print(_text(report))
+        print("\n".join(_text(r) for r in reports))
     return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A device to profile: its type, its TF name, and the server it is on ("" = this process)."""
+
+    device_type: str
+    tf_device: str
+    server: str = ""
+
+
+def cluster_devices(cluster_file: str, topology_spec: str | None) -> list[Target]:
+    """One device per device type of the cluster, on the first task that has it."""
+    import tensorflow as tf
+
+    from tag_tf.runtime.cluster import ClusterSpec
+
+    spec = ClusterSpec.load(cluster_file)
+    spec.check()                                   # a dead server is named before anything runs
+    prefix = f"/job:{spec.job}/replica:0/task:"
+    found: dict[str, Target] = {}
+    if topology_spec:
+        from tag_tf.topology.parse import load_topology
+
+        topology = load_topology(topology_spec)
+        if topology.num_machines != len(spec.tasks):
+            raise ProfileError(f"{cluster_file}: {len(spec.tasks)} tasks but topology {topology.name!r} has "
+                               f"{topology.num_machines} machines (task i runs machine i)")
+        for task, machine in enumerate(topology.machines):
+            for index, gpu in enumerate(machine.gpus):
+                kind = "CPU" if gpu.type == "cpu" else "GPU"
+                found.setdefault(gpu.type, Target(gpu.type, f"{prefix}{task}/device:{kind}:{index if kind == 'GPU' else 0}",
+                                                  f"grpc://{spec.tasks[task]}"))
+        return list(found.values())
+    with tf.Graph().as_default():
+        with tf.compat.v1.Session(spec.target, config=tf.compat.v1.ConfigProto(
+                operation_timeout_in_ms=spec.timeout_ms)) as sess:
+            devices = sess.list_devices()
+    gpus = [d.name for d in devices if d.device_type == "GPU"]
+    if gpus:
+        raise ProfileError(f"{cluster_file}: the servers have GPUs ({gpus[0]}, ...) whose types only a topology "
+                           "names: pass --topology with the cluster's machines")
+    task_of = {d.name: int(d.name.split("/task:")[1].split("/")[0]) for d in devices if "/task:" in d.name}
+    cpu_tasks = sorted(task_of[d.name] for d in devices if d.device_type == "CPU" and d.name in task_of)
+    if not cpu_tasks:
+        raise ProfileError(f"{cluster_file}: the servers list no devices")
+    task = cpu_tasks[0]
+    return [Target("cpu", f"{prefix}{task}/device:CPU:0", f"grpc://{spec.tasks[task]}")]
 
 
 def summarize(profile: Any, model: str, top: int) -> dict[str, Any]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
-from tag_tf.frontend.loading import (FUSION_HELP, STRATEGY_HELP, add_model_args, analysis_for, load,
-                                     strategy_from_spec, with_fusion)
+from tag_tf.frontend.loading import (FUSION_HELP, STRATEGY_HELP, add_cost_args, add_model_args, analysis_for, load,
+                                     stored_costs, strategy_from_spec, with_fusion)
 
 
 def register(sub) -> None:
@@ -20,13 +20,14 @@ def register(sub) -> None:
     p.add_argument("--calibration", default="default",
                    help="simulator physics: 'default' (the shipped fit for testbed/cloud, datasheet elsewhere), "
                         "'nominal' (datasheet), or a calibration JSON from `tag-tf calibrate`")
+    add_cost_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from tag_tf.context import Options, PassContext
-    from tag_tf.sim.simulator import Simulator
+    from tag_tf.frontend.planning import simulator
     from tag_tf.topology.parse import load_topology
 
     topology = load_topology(args.topology)
@@ -34,7 +35,8 @@ def run(args) -> int:
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
     with ctx.timer("simulate/prepare"):
-        sim = Simulator(analysis, topology, calibration=args.calibration)
+        costs = stored_costs(loaded, analysis, topology, args)
+        sim = simulator(analysis, topology, args.calibration, costs)
     strategy = strategy_from_spec(args.strategy, analysis, topology, sim=sim)
     strategy = with_fusion(strategy, args.fusion, analysis, topology, sim=sim)
     detail = bool(args.trace or args.gantt)
@@ -51,7 +53,7 @@ def run(args) -> int:
     out = {"model": loaded.source, "topology": topology.name, "calibration": sim.calibration_name, "strategy": args.strategy, "simulated": True,
            **report.to_dict(), "lower_bound_s": sim.lower_bound_s(), "fusion_bytes": strategy.fusion_bytes,
            "sync_after_backward": strategy.sync_after_backward,
-           "costs": dict(sim.costs.source), "timers": ctx.timing_report()}
+           "costs": dict(sim.costs.source), "cost_sources": dict(sim.costs.source), "profiles": dict(costs.files) if costs else {}, "timers": ctx.timing_report()}
     if args.json:
         json.dump(out, sys.stdout)
         print()
