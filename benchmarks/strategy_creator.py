@@ -48,7 +48,8 @@ def main() -> None:
         topo = load_topology(preset)
         for model in args.models.split(","):
             sim = Simulator(builder.analysis(model, None), topo)
-            row = {"calibration": sim.calibration_name, "lower_bound_s": sim.lower_bound_s()}
+            row = {"calibration": sim.calibration_name, "lower_bound_s": sim.lower_bound_s(),
+                   "groups": sim.num_groups, "group_balance": float(sim.analysis.grouping.balance)}
             local = local_search(sim, topo, budget_s=args.budget)
             row["baselines_s"] = {k: _s(v) for k, v in local.baselines.items()}
             row["local"] = {"iteration_time_s": _s(local.iteration_time_s), "simulations": local.evaluations,
@@ -60,7 +61,7 @@ def main() -> None:
                     "iteration_time_s": _s(r.iteration_time_s), "simulations": r.simulations, "iterations": r.iterations,
                     "seconds": r.seconds, "sims_per_s": r.simulations / max(r.seconds, 1e-9),
                     "iterations_to_beat_dp": r.iterations_to_beat_dp, "time_to_beat_dp_s": r.time_to_beat_dp_s,
-                    "fell_back": r.fell_back}
+                    "fell_back": r.fell_back, "groups_after_refinement": len(r.strategy.groups)}
             m, l_ = row["mcts_uniform"]["iteration_time_s"], row["local"]["iteration_time_s"]
             row["mcts_over_local"] = (l_ / m) if m and l_ else None
             best_base = min((v for v in row["baselines_s"].values() if v is not None), default=None)
@@ -71,8 +72,17 @@ def main() -> None:
                   f"bound {row['lower_bound_s'] * 1e3:.1f} ms, best baseline {_ms(best_base)}, "
                   f"DP beaten at iteration {row['mcts_uniform']['iterations_to_beat_dp']} "
                   f"({row['mcts_uniform']['time_to_beat_dp_s'] or 0:.2f} s)", flush=True)
+    faster = sorted(k for k, r in rows.items() if (r["mcts_over_local"] or 0) >= 1.10)
+    bound = {k: r["mcts_vs_bound"] for k, r in rows.items()
+             if k in ("testbed/vgg19", "testbed/transformer", "testbed/bert-small")}
+    targets = {"mcts_10pct_faster_than_local": faster,
+               "mcts_10pct_faster_than_local_models": len({k.split("/")[1] for k in faster}),
+               "testbed_within_2x_of_bound": {k: bool(v is not None and v <= 2.0) for k, v in bound.items()},
+               "beats_dp_within_10s": {k: bool((r["mcts_uniform"]["time_to_beat_dp_s"] or math.inf) <= 10.0)
+                                       for k, r in rows.items() if r["baselines_s"].get("dp") is not None}}
     out = {"simulated": True, "machine": platform.processor() or platform.machine(), "budget_s": args.budget,
-           "rows": rows}
+           "rows": rows, "targets": targets}
+    print(json.dumps(targets, indent=1))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)

@@ -61,6 +61,10 @@ class Strategy:
     # starts as soon as its bucket is ready, overlapping the rest of the backward pass (Horovod, and
     # every plan the search makes).
     sync_after_backward: bool = False
+    # The op groups this plan was made for, when not the analysis's METIS groups: the group id of
+    # each planned op, in the planning graph's order (search/refine.py splits dominant groups).
+    # None: the groups analysis makes.
+    op_groups: tuple[int, ...] | None = None
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -85,7 +89,8 @@ class Strategy:
         return {"format": "tag_tf.strategy/1", "name": self.name, "graph": self.graph,
                 "topology": self.topology, "shares": None if self.shares is None else list(self.shares),
                 "fusion_bytes": self.fusion_bytes, "sync_after_backward": self.sync_after_backward,
-                "groups": [g.to_dict() for g in self.groups]}
+                "groups": [g.to_dict() for g in self.groups],
+                **({} if self.op_groups is None else {"op_groups": list(self.op_groups)})}
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -116,8 +121,14 @@ class Strategy:
         barrier = d.get("sync_after_backward", False)       # absent in files older than the field
         if not isinstance(barrier, bool):
             raise StrategyError(f"{source}: 'sync_after_backward' must be true or false, got {barrier!r}")
+        op_groups = d.get("op_groups")                      # absent unless groups were refined
+        if op_groups is not None:
+            if (not isinstance(op_groups, list) or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                           for x in op_groups)):
+                raise StrategyError(f"{source}: 'op_groups' must be a list of group ids, one per planned op")
+            op_groups = tuple(op_groups)
         return cls(tuple(groups), None if shares is None else tuple(float(x) for x in shares),
-                   d.get("graph"), d.get("topology"), d.get("name", ""), fusion, barrier)
+                   d.get("graph"), d.get("topology"), d.get("name", ""), fusion, barrier, op_groups)
 
     @classmethod
     def load(cls, path: str) -> "Strategy":
@@ -146,7 +157,12 @@ class Strategy:
             raise StrategyError(f"strategy was made for graph {self.graph}, not this graph ({graph})")
         if topology and self.topology and topology != self.topology:
             raise StrategyError(f"strategy was made for topology {self.topology}, not this one ({topology})")
-        if len(self.groups) != num_groups:
+        if self.op_groups is not None:           # its own groups: checked against the graph by Analysis.for_strategy
+            used = set(self.op_groups)
+            if used != set(range(len(self.groups))):
+                raise StrategyError(f"op_groups uses groups {sorted(used)[:5]}... but the strategy plans "
+                                    f"groups 0..{len(self.groups) - 1}: every group needs ops and a plan")
+        elif len(self.groups) != num_groups:
             raise StrategyError(f"strategy has {len(self.groups)} groups but the graph has {num_groups}")
         for i, g in enumerate(self.groups):
             if not g.devices:

@@ -48,6 +48,38 @@ class Analysis:
     def dynamic_batch(self) -> bool:
         return self.graph.meta.batch_size is None
 
+    def with_grouping(self, op_groups) -> "Analysis":
+        """The same analysis with other op groups: `op_groups[i]` is the group of planned op i.
+        Raises StrategyError unless every planned op has a group and colocated ops share one (what
+        the compiler and the simulator rely on)."""
+        from tag_tf.errors import StrategyError
+
+        op_group = np.asarray(op_groups, dtype=np.int64)
+        if op_group.shape != (len(self.planning.ops),):
+            raise StrategyError(f"op_groups has {op_group.size} entries but the graph has "
+                                f"{len(self.planning.ops)} planned ops (was the plan made for this graph?)")
+        if op_group.size and (op_group.min() < 0 or set(op_group.tolist()) != set(range(int(op_group.max()) + 1))):
+            raise StrategyError("op_groups must number the groups 0..G-1, each with at least one op")
+        index = {name: i for i, name in enumerate(self.planning.ops)}
+        host = self.planning.host
+        for a, b in colocation_pairs(self.graph_b1, list(host)):
+            if op_group[index[host[a]]] != op_group[index[host[b]]]:
+                raise StrategyError(f"op_groups separates {a!r} from {b!r}, which must share a device")
+        from tag_tf.analysis.grouping import build_grouping
+
+        return dataclasses.replace(self, grouping=build_grouping(self.graph_b1, self.planning, op_group, self.weights))
+
+    def for_strategy(self, strategy: Any) -> "Analysis":
+        """The analysis whose groups `strategy` plans: its own refined groups when it carries them."""
+        op_groups = getattr(strategy, "op_groups", None)
+        if op_groups is None:
+            return self
+        cache = self.__dict__.setdefault("_regrouped", {})     # frozen dataclass: a private memo
+        key = hash(tuple(op_groups))
+        if key not in cache or cache[key][0] != tuple(op_groups):
+            cache[key] = (tuple(op_groups), self.with_grouping(op_groups))
+        return cache[key][1]
+
     def unclassified(self) -> list[str]:
         return ann_mod.unclassified_types(self.annotations, self.graph, training_ops(self.graph))
 

@@ -56,6 +56,7 @@ def compile_strategy(ctx: PassContext, analysis: Analysis, strategy: Strategy, d
                      fetches: Iterable[str] = (), run_ops: Iterable[str] = (), check: bool = False) -> Compiled:
     from tensorflow.core.framework import graph_pb2
 
+    analysis = analysis.for_strategy(strategy)    # a plan with refined groups compiles on those
     graph = analysis.graph
     check_compilable(graph)
     with ctx.timer("compile/placement"):

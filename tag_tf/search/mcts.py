@@ -13,9 +13,10 @@ every simulated plan in a cache, so a plan is never simulated twice. P is the pr
 heterogeneous GNN's (`tag_tf/search/gnn.py`), which sees the partial plan with runtime feedback
 features refreshed from the simulation of the vertex's leaf plan.
 
-After the budget, the best plan simulated is polished by the local search's moves and fusion caps,
-and the result is never slower than the best baseline: if it loses, that baseline is returned and
-`SearchResult.fell_back` says so.
+After the budget, the best plan simulated is polished by the local search's moves, group
+refinement (search/refine.py: its dominant groups split again), fusion caps and batch shares
+(search/shares.py), and the result is never slower than the best baseline: if it loses, that
+baseline is returned and `SearchResult.fell_back` says so.
 """
 from __future__ import annotations
 
@@ -31,13 +32,15 @@ from tag_tf.search.heterog import heterog_search
 from tag_tf.search.moves import (Deadline, Evaluator, _progress, candidate_device_sets, coupled_blocks, improve,
                                  tune_fusion)
 from tag_tf.search.outcome import BaselineComparison
+from tag_tf.search.refine import refine
 from tag_tf.search.shares import ShareSolver
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
 C_PUCT = 1.5
 OOM_REWARD = -1.0
 POLISH_SHARE = 0.25          # of the budget kept for the local polish
-HETEROG_SHARE = 0.15         # of the budget for the HeteroG baseline's search
+HETEROG_SHARE = 0.15         # of the budget for the HeteroG baseline's search ...
+HETEROG_MAX_S = 4.0          # ... at most: the tree search, which must beat DP within seconds, waits for it
 STALE_ITERATIONS = 2000      # iterations in a row that simulate nothing new end the search
 
 
@@ -48,6 +51,7 @@ class MctsOptions:
     seed: int = 0
     c_puct: float = C_PUCT
     polish: bool = True
+    refine: bool = True                 # polish: split the best plan's dominant groups (search/refine.py)
     progress: bool = False
 
 
@@ -122,7 +126,8 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
     if np.isfinite(times[first]):
         # HeteroG's decision space, searched from the best fixed baseline: a baseline to beat too.
         found, times["heterog"] = heterog_search(cost, topology, fixed[first], times[first],
-                                                 Deadline(start_time + HETEROG_SHARE * options.budget_s))
+                                                 Deadline(start_time + min(HETEROG_SHARE * options.budget_s,
+                                                                           HETEROG_MAX_S)))
         fixed["heterog"] = found
     else:
         times["heterog"] = math.inf
@@ -223,10 +228,16 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
         bar.close()
     if options.polish and np.isfinite(best_time):
         moves = [(g,) for g in order] + coupled_blocks(sim.prepared, n_groups)
-        best_plan, best_time, _ = improve(cost, best_plan, best_time, actions, moves, deadline, max_passes=1,
+        polish_end = deadline.end
+        # The moves get half of the polish; refinement (splitting dominant groups) the rest.
+        half = Deadline(time.perf_counter() + 0.5 * max(0.0, polish_end - time.perf_counter()))
+        best_plan, best_time, _ = improve(cost, best_plan, best_time, actions, moves, half, max_passes=1,
                                           progress=options.progress, label="MCTS polish")
+        if options.refine:
+            best_plan, best_time, _ = refine(sim, best_plan, best_time, actions, deadline, progress=options.progress)
         best_plan, best_time = tune_fusion(cost, best_plan, best_time, deadline)
-        best_plan, best_time = balance_shares(cost, best_plan, best_time, deadline, ShareSolver(sim.prepared))
+        best_plan, best_time = balance_shares(cost, best_plan, best_time, deadline,
+                                              ShareSolver(sim.for_strategy(best_plan).prepared))
     fell_back = not best_time < reference
     if fell_back and best_name in fixed:
         best_plan, best_time = fixed[best_name], reference

@@ -73,6 +73,9 @@ class Simulator:
         if costs is None:
             costs = training_costs(analysis, device_types(topology), profile, cost_model)
         self.costs = costs
+        self._comm = comm
+        self._regrouped: dict[tuple[int, ...], "Simulator"] = {}
+        self._own_groups = tuple(analysis.grouping.group_of[o] for o in analysis.planning.ops)
         self.nominal = prepare(analysis, topology, costs, comm)
         self.calibration = resolve_calibration(calibration, topology)
         self._members = member_counts(analysis)
@@ -97,7 +100,20 @@ class Simulator:
                           else other.calibration.apply(self.nominal, self._members, self.topology))
         other._native = _simcore.Simulator(other.prepared)
         other._mp_cache = dict(self._mp_cache)
+        other._regrouped = {}
         return other
+
+    def for_strategy(self, strategy: Strategy) -> "Simulator":
+        """The simulator of the groups `strategy` plans (itself, unless the plan carries refined
+        groups: then the same costs and physics on those groups, made once per grouping)."""
+        if strategy.op_groups is None or tuple(strategy.op_groups) == self._own_groups:
+            return self
+        key = tuple(strategy.op_groups)
+        if key not in self._regrouped:
+            other = Simulator(self.analysis.for_strategy(strategy), self.topology, costs=self.costs,
+                              comm=self._comm, calibration=self.calibration)
+            self._regrouped[key] = other
+        return self._regrouped[key]
 
     @property
     def calibration_name(self) -> str:
@@ -148,6 +164,8 @@ class Simulator:
                 bool(strategy.sync_after_backward))
 
     def simulate(self, strategy: Strategy, *, detail: bool = False) -> SimReport:
+        if strategy.op_groups is not None and tuple(strategy.op_groups) != self._own_groups:
+            return self.for_strategy(strategy).simulate(strategy, detail=detail)
         args = self.encode(strategy)
         start = time.perf_counter()
         try:

@@ -79,7 +79,7 @@ def run(args) -> int:
            "cost_sources": dict(sim.costs.source), "profiles": dict(costs.files) if costs else {},
            "evaluations": simulations, "search_s": round(seconds, 2),
            "strategy": result.strategy.to_dict(),
-           "groups": describe(result.strategy, topology, analysis.grouping.groups)}
+           "groups": describe(result.strategy, topology, analysis.for_strategy(result.strategy).grouping.groups)}
     if args.json:
         json.dump(out, sys.stdout)
         print()
