@@ -29,7 +29,7 @@ from tag_tf.search.baselines import baseline                           # noqa: E
 from tag_tf.search.local_search import local_search                    # noqa: E402
 from tag_tf.sim.calibration import Calibration                         # noqa: E402
 from tag_tf.sim.simulator import Simulator                             # noqa: E402
-from tag_tf.topology.parse import load_topology                        # noqa: E402
+from tag_tf.topology.load import load_topology                        # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "paper_measurements.json")

@@ -23,7 +23,7 @@ from tag_tf.context import PassContext                   # noqa: E402
 from tag_tf.frontend.loading import model_ir             # noqa: E402
 from tag_tf.models import build_model                    # noqa: E402
 from tag_tf.search.baselines import data_parallel, random_strategy  # noqa: E402
-from tag_tf.topology.parse import load_topology          # noqa: E402
+from tag_tf.topology.load import load_topology          # noqa: E402
 
 MODELS = sys.argv[1:] or ["resnet101", "bert-large"]
 

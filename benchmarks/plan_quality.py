@@ -35,7 +35,7 @@ from tag_tf.models import MODEL_NAMES, build_model       # noqa: E402
 from tag_tf.search.heterog import heterog                 # noqa: E402
 from tag_tf.search.local_search import local_search      # noqa: E402
 from tag_tf.sim.simulator import Simulator               # noqa: E402
-from tag_tf.topology.parse import load_topology          # noqa: E402
+from tag_tf.topology.load import load_topology          # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

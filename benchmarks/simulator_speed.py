@@ -108,7 +108,7 @@ def time_strategies(sim, strategies: dict, repeats: int, warmup: int = 3) -> dic
 def run_case(analysis, preset: str, batch: int, num_random: int, repeats: int) -> dict:
     from tag_tf.search.baselines import data_parallel, random_strategy
     from tag_tf.sim.simulator import Simulator
-    from tag_tf.topology.parse import load_topology
+    from tag_tf.topology.load import load_topology
 
     topo = load_topology(preset)
     t0 = time.perf_counter()
@@ -136,7 +136,7 @@ def run_case(analysis, preset: str, batch: int, num_random: int, repeats: int) -
 def bench_model(name: str, num_random: int, repeats: int) -> list[dict]:
     """Both presets for one model; builds a second analysis only when a preset needs a bigger batch."""
     from tag_tf.models import model_spec
-    from tag_tf.topology.parse import load_topology
+    from tag_tf.topology.load import load_topology
 
     default = model_spec(name).batch_size
     cases = []

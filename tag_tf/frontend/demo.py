@@ -48,7 +48,7 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     from tag_tf.search.local_search import describe
     from tag_tf.search.mcts import MctsOptions, mcts_search
     from tag_tf.sim.simulator import Simulator
-    from tag_tf.topology.parse import load_topology
+    from tag_tf.topology.load import load_topology
 
     os.makedirs(out_dir, exist_ok=True)
     start = time.perf_counter()

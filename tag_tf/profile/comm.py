@@ -47,6 +47,7 @@ import numpy as np
 from tag_tf.errors import ProfileError
 from tag_tf.profile.segmented import SegmentedLinear
 from tag_tf.runtime.cluster import LocalCluster
+from tag_tf.topology.parse import topology_from_dict
 from tag_tf.topology.spec import Topology
 
 __all__ = ["CommModel", "LocalCluster", "SegmentedLinear", "measure_allreduce", "measure_p2p",
@@ -390,7 +391,7 @@ class CommModel:
     def from_dict(cls, d: Mapping, topology: Topology | None = None) -> "CommModel":
         """Rebuild; with `topology` given, the stored fingerprint must match it."""
         try:
-            topo = topology if topology is not None else Topology.from_dict(d["topology"])
+            topo = topology if topology is not None else topology_from_dict(d["topology"])
             if d.get("fingerprint") not in (None, topo.fingerprint):
                 raise ProfileError(f"comm model: profiled for topology {d['fingerprint']}, "
                                    f"not {topo.name!r} ({topo.fingerprint})")

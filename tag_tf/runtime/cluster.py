@@ -338,7 +338,7 @@ def stop(procs: Sequence[subprocess.Popen]) -> None:
 
 def cpu_topology(num_tasks: int, cpus_per_task: int) -> Any:
     """A topology of `num_tasks` machines with `cpus_per_task` CPU devices each (local servers)."""
-    from tag_tf.topology.parse import load_topology
+    from tag_tf.topology.load import load_topology
 
     machines = [{"name": f"task{i}", "gpus": f"{cpus_per_task}x cpu", "intra": "local"} for i in range(num_tasks)]
     spec = {"name": f"cpu-{num_tasks}x{cpus_per_task}", "machines": machines}

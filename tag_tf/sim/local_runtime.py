@@ -128,7 +128,7 @@ class LocalSetup:
     def topology(self) -> Any:
         """The simulator's topology: `local:N` (one process) or `cpu_topology(P, n)`."""
         if self.processes == 1:
-            from tag_tf.topology.parse import load_topology
+            from tag_tf.topology.load import load_topology
 
             return load_topology(f"local:{self.devices_per_process}")
         from tag_tf.runtime.cluster import cpu_topology

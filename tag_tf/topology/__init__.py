@@ -1,6 +1,6 @@
 """Cluster topologies: GPU types, machines and links, presets and the topology file format."""
 from tag_tf.topology.gpus import GPU_TYPES, GpuType, gpu_type
-from tag_tf.topology.parse import load_topology
+from tag_tf.topology.load import load_topology
 from tag_tf.topology.presets import cloud, local, testbed
 from tag_tf.topology.random_gen import random_topology
 from tag_tf.topology.spec import Device, DeviceGroup, GpuSpec, Machine, Topology

@@ -1,11 +1,5 @@
-"""Loading topologies: presets, YAML/JSON files and dicts.
-
-`load_topology(spec)` accepts
-  * a preset name: ``testbed``, ``cloud`` (the paper's clusters), ``local`` / ``local:N`` (this
-    machine; N virtual CPU devices when TensorFlow sees no GPU), ``random:SEED`` (the paper's random
-    topology generator);
-  * a path to a ``.yaml`` / ``.yml`` / ``.json`` file;
-  * a dict in the same format (or a Topology, returned as is).
+"""The topology file format: YAML/JSON files and dicts -> Topology (`load_file`,
+`topology_from_dict`). Names -- presets, files, dicts -- are resolved by `tag_tf.topology.load`.
 
 File format (YAML shown; JSON is the same structure)::
 
@@ -49,8 +43,6 @@ Every error is a TopologyError naming the file (if any) and the field, e.g.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import json
 import os
 from typing import Any, Mapping, NoReturn
@@ -63,7 +55,6 @@ from tag_tf.topology.spec import DEFAULT_INTER_LATENCY, LINK_KINDS, GpuSpec, Mac
 from tag_tf.topology.units import (BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS, UnitError,
                                    parse_bandwidth, parse_size, parse_time)
 
-PRESETS = ("testbed", "cloud", "testbed-nominal", "cloud-nominal", "local", "local:N", "random:SEED")
 DEFAULT_LINK_BANDWIDTH = {"nvlink": 50e9, "pcie": 15.75e9, "local": 100e9}   # bytes/s
 
 _TOP_KEYS = ("name", "description", "units", "machines", "inter", "gpu_types")
@@ -72,49 +63,6 @@ _GPU_KEYS = ("type", "count", "memory")
 _INTRA_KEYS = ("link", "bandwidth", "latency")
 _INTER_KEYS = ("switch", "matrix", "latency")
 _TYPE_KEYS = ("name", "peak_tflops", "peak_flops", "mem_bandwidth", "memory", "launch_overhead")
-
-
-def load_topology(spec: "str | Mapping | Topology") -> Topology:
-    """A Topology from a preset name, a YAML/JSON file path, a dict, or a Topology."""
-    if isinstance(spec, Topology):
-        return spec
-    if isinstance(spec, Mapping):
-        return topology_from_dict(spec)
-    if not isinstance(spec, (str, os.PathLike)):
-        raise TopologyError(f"topology: expected a preset name, a file path or a dict, "
-                            f"got {type(spec).__name__}")
-    text = os.fspath(spec).strip()
-    preset = _load_preset(text)
-    if preset is not None:
-        return preset
-    if os.path.exists(text) or text.lower().endswith((".yaml", ".yml", ".json")):
-        return load_file(text)
-    raise TopologyError(f"topology {text!r}: not a preset ({', '.join(PRESETS)}) nor an existing "
-                        f".yaml/.json file")
-
-
-def _load_preset(text: str) -> Topology | None:
-    from tag_tf.topology import presets, random_gen
-
-    name, _, arg = text.lower().partition(":")
-    if name in ("testbed", "cloud") and not arg:
-        return presets.testbed() if name == "testbed" else presets.cloud()
-    if name in ("testbed-nominal", "cloud-nominal") and not arg:
-        # The same cluster, named so that it simulates with datasheet physics (no calibration).
-        base = presets.testbed() if name == "testbed-nominal" else presets.cloud()
-        return dataclasses.replace(base, name=name)
-    if name == "local":
-        if not arg:
-            return presets.local()
-        if arg.isdigit() and int(arg) > 0:
-            return presets.local(int(arg))
-        raise TopologyError(f"topology {text!r}: local:N needs a positive device count")
-    if name == "random":
-        try:
-            return random_gen.random_topology(int(arg))
-        except ValueError:
-            raise TopologyError(f"topology {text!r}: random:SEED needs an integer seed") from None
-    return None
 
 
 def load_file(path: str) -> Topology:

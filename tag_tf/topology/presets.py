@@ -8,6 +8,7 @@ from importlib import resources
 
 from tag_tf.errors import TopologyError
 from tag_tf.topology.gpus import GPU_TYPES, GpuType, type_from_device_name
+from tag_tf.topology.parse import topology_from_dict
 from tag_tf.topology.spec import GpuSpec, Machine, Topology
 
 log = logging.getLogger("tag_tf.topology")
@@ -22,7 +23,6 @@ DEFAULT_LOCAL_DEVICES = 4
 
 
 def _preset(name: str) -> Topology:
-    from tag_tf.topology.parse import topology_from_dict
     import yaml
 
     path = resources.files("tag_tf.topology").joinpath("presets", f"{name}.yaml")

@@ -29,7 +29,7 @@ import functools
 import hashlib
 import json
 import math
-from typing import Hashable, Iterable, Mapping, Sequence, Union
+from typing import Hashable, Iterable, Sequence, Union
 
 from tag_tf.errors import TopologyError
 from tag_tf.topology.gpus import GPU_TYPES, GpuType, gpu_type
@@ -327,7 +327,7 @@ class Topology:
     # ---- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> dict:
         """A JSON-able dict in the topology file format, with SI units declared in `units`, so
-        `load_topology(t.to_dict())` and `Topology.from_dict` give back an equal Topology."""
+        `load_topology(t.to_dict())` and `topology_from_dict` give back an equal Topology."""
         machines = []
         for m in self.machines:
             gpus: list[dict] = []
@@ -355,11 +355,6 @@ class Topology:
                                "mem_bandwidth": t.mem_bandwidth, "memory": t.memory_bytes,
                                "launch_overhead": t.launch_overhead_s} for t in self.gpu_types]
         return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "Topology":
-        from tag_tf.topology.parse import topology_from_dict
-        return topology_from_dict(d)
 
     @functools.cached_property
     def fingerprint(self) -> str:

@@ -24,6 +24,11 @@ def test_paper_harness_quick(tmp_path):
         assert "paper_s" not in row                                 # tiny models: no paper figure beside
     strategies = json.loads((tmp_path / "paper_strategies.json").read_text())
     assert set(strategies["rows"]) == {"mlp", "cnn", "transformer"}
+    homogeneous = json.loads((tmp_path / "paper_homogeneous.json").read_text())
+    relative = homogeneous["relative_to_expert"]
+    assert relative["expert (one GPU)"] == 1.0 and relative["auto"] >= max(v for v in relative.values() if v)
+    assert homogeneous["paper_relative_to_expert"] is None           # tiny model: no paper figure beside
     text = md.read_text()
     assert "kept above" in text and "kept below" in text and "\nold\n" not in text
+    assert "Homogeneous cluster (QUICK" in text
     assert "QUICK smoke run" in text and (tmp_path / "plots" / "paper_iteration.png").is_file()

@@ -12,7 +12,7 @@ from tag_tf.compiler.fusion import HOROVOD_FUSION_BYTES, Request, assign_buckets
 from tag_tf.context import PassContext
 from tag_tf.search.baselines import baseline, random_strategy
 from tag_tf.strategy import Option, Strategy
-from tag_tf.topology.parse import load_topology
+from tag_tf.topology.load import load_topology
 from test_equivalence import verify
 
 

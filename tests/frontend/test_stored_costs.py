@@ -93,7 +93,7 @@ def test_plans_cached_under_other_costs_are_other_plans(tmp_path):
     from conftest import analysis_of
     from tag_tf.frontend.planning import PlanCache, resolve_strategy, stored_costs_for
     from tag_tf.profile.op_profiler import profile_model
-    from tag_tf.topology.parse import load_topology
+    from tag_tf.topology.load import load_topology
 
     _, analysis = analysis_of("mlp")
     topology = load_topology("local:2")

@@ -60,7 +60,7 @@ def test_cluster_file_errors(tmp_path):
 def test_nccl_all_reduce_among_gpus_of_one_machine():
     """GPU devices of one machine synchronise with NcclAllReduce; across machines with
     CollectiveReduceV2 (structure only: no GPU here to run it)."""
-    from tag_tf.topology.parse import load_topology
+    from tag_tf.topology.load import load_topology
 
     _, a = analysis_of("mlp")
     one = load_topology({"name": "g", "machines": [{"name": "m", "gpus": "4x V100-32GB", "intra": "nvlink"}]})

@@ -9,7 +9,7 @@ from tag_tf.context import PassContext
 from tag_tf.runtime.equivalence import check_equivalence
 from tag_tf.search.local_search import candidate_device_sets, coupled_blocks, describe, local_search
 from tag_tf.sim.simulator import Simulator
-from tag_tf.topology.parse import load_topology
+from tag_tf.topology.load import load_topology
 
 
 def test_search_never_loses_to_the_baselines_and_respects_the_budget():

@@ -16,7 +16,8 @@ from tag_tf.search.baselines import BASELINES, baseline
 from tag_tf.search.mcts import MctsOptions, candidate_actions, mcts_search, puct_scores
 from tag_tf.sim.simulator import Simulator
 from tag_tf.strategy import Option, Strategy
-from tag_tf.topology.parse import load_topology, topology_from_dict
+from tag_tf.topology.load import load_topology
+from tag_tf.topology.parse import topology_from_dict
 
 TWO_MACHINES = {"name": "two", "machines": [
     {"name": "a", "gpus": "2x V100-32GB", "intra": "nvlink 50GB/s"},

@@ -19,7 +19,7 @@ from tag_tf.search.moves import Deadline
 from tag_tf.search.refine import dominant_groups, refine, split_groups
 from tag_tf.sim.simulator import Simulator
 from tag_tf.strategy import GroupPlan, Option, Strategy
-from tag_tf.topology.parse import load_topology
+from tag_tf.topology.load import load_topology
 
 
 def refined_plan(name: str, devices: int, seed: int = 0, a=None):

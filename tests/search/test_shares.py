@@ -10,7 +10,8 @@ from conftest import analysis_of
 from tag_tf.search.shares import MIN_SHARE, ShareSolver
 from tag_tf.sim.simulator import Simulator
 from tag_tf.strategy import GroupPlan, Option, Strategy
-from tag_tf.topology.parse import load_topology, topology_from_dict
+from tag_tf.topology.load import load_topology
+from tag_tf.topology.parse import topology_from_dict
 
 
 def predicted_compute(solver: ShareSolver, strategy: Strategy, shares) -> np.ndarray:

@@ -13,7 +13,8 @@ from tag_tf.search.baselines import baseline
 from tag_tf.search.calibration_fit import Case, fit, simulate_cases
 from tag_tf.sim.calibration import PARAMETERS, REQUIRED, Calibration, default_calibration, shipped_path
 from tag_tf.sim.simulator import Simulator
-from tag_tf.topology.parse import load_topology, topology_from_dict
+from tag_tf.topology.load import load_topology
+from tag_tf.topology.parse import topology_from_dict
 
 NOMINAL = {k: PARAMETERS[k.partition(":")[0]].nominal for k in REQUIRED}
 

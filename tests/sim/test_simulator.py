@@ -16,7 +16,7 @@ from tag_tf.search.baselines import baseline, data_parallel, random_strategy
 from tag_tf.sim.prepare import device_types
 from tag_tf.sim.simulator import Simulator, training_costs
 from tag_tf.strategy import GroupPlan, Option, Strategy
-from tag_tf.topology.parse import load_topology
+from tag_tf.topology.load import load_topology
 
 
 def topology(spec_machines, switch="10Gbps"):

@@ -12,6 +12,7 @@ from tag_tf.errors import TopologyError
 from tag_tf.frontend.cli import main as cli_main
 from tag_tf.topology import (GPU_TYPES, GpuSpec, Machine, Topology, gpu_type, load_topology,
                              presets, random_topology)
+from tag_tf.topology.parse import topology_from_dict
 from tag_tf.topology.gpus import type_from_device_name
 from tag_tf.topology.units import parse_bandwidth
 
@@ -131,7 +132,7 @@ def test_list_matrix_and_custom_gpu_type():
     assert t.gpu_type(0).peak_flops == pytest.approx(35.6e12)
     assert t.gpu_type(2).name == "V100-32GB"
     assert t.bandwidth(0, 2) == 10 * GBPS
-    assert Topology.from_dict(json.loads(json.dumps(t.to_dict()))) == t
+    assert topology_from_dict(json.loads(json.dumps(t.to_dict()))) == t
 
 
 def _with(path_value):
@@ -370,12 +371,12 @@ def test_group_of_and_describe():
 def test_round_trip_and_fingerprint(tmp_path):
     for t in (presets.testbed(), presets.cloud(), random_topology(11), load_topology(EXAMPLE)):
         d = json.loads(json.dumps(t.to_dict()))
-        assert Topology.from_dict(d) == t
+        assert topology_from_dict(d) == t
         path = tmp_path / f"{t.fingerprint}.yaml"
         path.write_text(yaml.safe_dump(d))
         assert load_topology(str(path)) == t
     t = presets.testbed()
-    renamed = Topology.from_dict({**t.to_dict(), "name": "other"})
+    renamed = topology_from_dict({**t.to_dict(), "name": "other"})
     assert renamed.fingerprint == t.fingerprint
     faster = _with([(("inter", "switch"), "200Gbps")])
     assert load_topology(faster).fingerprint != load_topology(EXAMPLE).fingerprint
@@ -390,7 +391,7 @@ def test_cli_show_json(capsys):
     assert out["devices"][4] == {"id": 4, "machine": 1, "machine_name": "gtx1080ti-0", "index": 0,
                                  "type": "GTX1080Ti", "memory_bytes": 11 * 2 ** 30}
     assert out["inter"]["bandwidth"] == 100 * GBPS
-    assert Topology.from_dict(out["topology"]) == presets.testbed()
+    assert topology_from_dict(out["topology"]) == presets.testbed()
 
 
 def test_cli_show_text_and_errors(capsys, tmp_path):

@@ -87,7 +87,8 @@ class CaseBuilder:
         self._sims: dict[tuple[str, int | None, str], Any] = {}
 
     def topology(self, name: str) -> Any:
-        from tag_tf.topology.parse import load_topology, topology_from_dict
+        from tag_tf.topology.load import load_topology
+        from tag_tf.topology.parse import topology_from_dict
 
         if name not in self._topologies:
             spec = self.topology_specs.get(name, name)

@@ -131,7 +131,7 @@ def cluster_devices(cluster_file: str, topology_spec: str | None) -> list[Target
     prefix = f"/job:{spec.job}/replica:0/task:"
     found: dict[str, Target] = {}
     if topology_spec:
-        from tag_tf.topology.parse import load_topology
+        from tag_tf.topology.load import load_topology
 
         topology = load_topology(topology_spec)
         if topology.num_machines != len(spec.tasks):

@@ -28,7 +28,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from tag_tf.context import Options, PassContext
     from tag_tf.frontend.planning import simulator
-    from tag_tf.topology.parse import load_topology
+    from tag_tf.topology.load import load_topology
 
     topology = load_topology(args.topology)
     ctx = PassContext(Options(num_groups=args.groups))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tag_tf.topology.parse import PRESETS, load_topology
+from tag_tf.topology.load import PRESETS, load_topology
 from tag_tf.topology.spec import Topology
 from tag_tf.topology.units import format_bandwidth, format_bytes
 
