@@ -118,6 +118,7 @@ struct Layout {
   uint8_t option = kAllReduce;
   std::vector<int32_t> devs;
   std::vector<int32_t> counts;    // replicated: samples per replica
+  int32_t shard = -1;             // the first interned layout with these devices and counts (any option)
   int32_t size() const { return static_cast<int32_t>(devs.size()); }
   int32_t index_of(int32_t d) const {
     for (int32_t k = 0; k < size(); ++k)
@@ -296,11 +297,15 @@ class Expander {
   int32_t intern(Layout l) {
     for (size_t i = p_.num_devices; i < layouts_.size(); ++i) {
       const Layout& o = layouts_[i];
-      if (o.mode == l.mode && o.option == l.option && o.devs == l.devs && o.counts == l.counts)
-        return static_cast<int32_t>(i);
+      if (o.mode == l.mode && o.devs == l.devs && o.counts == l.counts) {
+        if (o.option == l.option) return static_cast<int32_t>(i);
+        if (l.shard < 0) l.shard = o.shard;
+      }
     }
+    const int32_t id = static_cast<int32_t>(layouts_.size());
+    if (l.shard < 0) l.shard = id;
     layouts_.push_back(std::move(l));
-    return static_cast<int32_t>(layouts_.size() - 1);
+    return id;
   }
 
   static bool same_split(const Layout& a, const Layout& b) {
@@ -733,17 +738,10 @@ class Expander {
     for (const PendingEdge& pe : pending_) edge(result[pe.request][task_device_[pe.to]], pe.to, pe.data);
   }
 
-  // The first layout sharding the batch like `id` (same devices and counts): replicas of an
-  // AllReduce group and of a PS group over the same devices take the same shards, so one split
-  // serves both (as the compiler memoizes it: by devices and counts, not by option).
-  int32_t shard_layout(int32_t id) const {
-    const Layout& l = layouts_[id];
-    for (size_t i = p_.num_devices; i < layouts_.size(); ++i) {
-      const Layout& o = layouts_[i];
-      if (o.mode == l.mode && o.devs == l.devs && o.counts == l.counts) return static_cast<int32_t>(i);
-    }
-    return id;
-  }
+  // The layout sharding the batch like `id` (same devices and counts): replicas of an AllReduce
+  // group and of a PS group over the same devices take the same shards, so one split serves both
+  // (as the compiler memoizes it: by devices and counts, not by option).
+  int32_t shard_layout(int32_t id) const { return layouts_[id].shard >= 0 ? layouts_[id].shard : id; }
 
   // Shards of edge e's tensor laid out as `consumer` needs (one task per replica).
   const std::vector<int32_t>& split_of(int32_t e, int32_t consumer) {

@@ -6,9 +6,12 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Plans and profiles the tests make go to a scratch cache, and the user's own cached plans and
 # measured profiles (which planning now reads) never reach a test.
+import atexit
+import shutil
 import tempfile
 
 os.environ["TAG_TF_CACHE_DIR"] = tempfile.mkdtemp(prefix="tag_tf_test_cache_")
+atexit.register(shutil.rmtree, os.environ["TAG_TF_CACHE_DIR"], ignore_errors=True)
 
 import functools
 

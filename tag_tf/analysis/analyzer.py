@@ -69,6 +69,21 @@ class Analysis:
 
         return dataclasses.replace(self, grouping=build_grouping(self.graph_b1, self.planning, op_group, self.weights))
 
+    @property
+    def op_groups(self) -> tuple[int, ...]:
+        """The group of each planned op, in planning order (what `Strategy.op_groups` stores)."""
+        group_of = self.grouping.group_of
+        return tuple(group_of[op] for op in self.planning.ops)
+
+    def check_groups(self, strategy: Any) -> None:
+        """Raise StrategyError when `strategy` plans other groups than this analysis has (a plan
+        with refined groups must go through `for_strategy` first)."""
+        from tag_tf.errors import StrategyError
+
+        op_groups = getattr(strategy, "op_groups", None)
+        if op_groups is not None and tuple(op_groups) != self.op_groups:
+            raise StrategyError("the strategy plans refined op groups: use analysis.for_strategy(strategy)")
+
     def for_strategy(self, strategy: Any) -> "Analysis":
         """The analysis whose groups `strategy` plans: its own refined groups when it carries them."""
         op_groups = getattr(strategy, "op_groups", None)

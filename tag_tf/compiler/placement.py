@@ -115,6 +115,7 @@ def mp_partition(analysis: Analysis, group: int, parts: int, seed: int = 0) -> d
 def resolve(analysis: Analysis, strategy: Strategy, num_devices: int) -> Placement:
     """The layout of every op of `analysis.graph` under `strategy`."""
     graph = analysis.graph
+    analysis.check_groups(strategy)
     strategy.validate(len(analysis.grouping.groups), num_devices)
     batch = analysis.batch_size
     dynamic = analysis.dynamic_batch

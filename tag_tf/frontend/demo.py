@@ -84,7 +84,7 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     say(f"     predicted speed-up over DP: {result.speedup_over_dp:.2f}x, over the best baseline "
         f"({result.best_baseline}): {result.speedup_over_best_baseline:.2f}x  "
         f"({result.simulations} strategies simulated in {result.seconds:.1f} s, MCTS)")
-    rows = describe(result.strategy, topology, analysis.grouping.groups)
+    rows = describe(result.strategy, topology, analysis.for_strategy(result.strategy).grouping.groups)
     say("     plan: " + _plan_summary(rows))
     result.strategy.save(os.path.join(out_dir, "plan.json"))
     dp = _baseline(sim, "dp", topology)

@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tag_tf.errors import TagError, VerificationError
-from tag_tf.frontend.planning import Plan, check_request, resolve_strategy, stored_costs_for
+from tag_tf.frontend.planning import PLANNED, Plan, check_request, request_key, resolve_strategy, stored_costs_for
 from tag_tf.frontend.program import GraphInfo, Program, Runner, capture
 from tag_tf.frontend.session_patch import bypass, install, uninstall
 from tag_tf.frontend.session_values import read_variables, synthetic_batch, write_variables
@@ -306,8 +306,10 @@ class Distribution:
         check_compilable(analysis.graph)   # before planning: a refusal leaves no cached plan
         target = self.target
         target.check()                     # an unreachable cluster fails here, naming the task
-        costs = stored_costs_for(analysis, target.topology,
-                                 os.path.join(self.options["cache_dir"], "profiles") if self.options["cache_dir"] else None)
+        costs = None
+        if request_key(self.options["strategy"]) in PLANNED:     # only planning reads the profile database
+            costs = stored_costs_for(analysis, target.topology, os.path.join(self.options["cache_dir"], "profiles")
+                                     if self.options["cache_dir"] else None)
         plan = resolve_strategy(analysis, target.topology, self.options["strategy"],
                                 cache_dir=self.options["cache_dir"], budget_s=self.options["budget_s"],
                                 calibration=self.options["calibration"], costs=costs)

@@ -26,7 +26,7 @@ log = logging.getLogger("tag_tf.planning")
 PLANNED = ("auto", "dp", "dp-p", "horovod", "horovod-p", "heterog")
 CACHE_FORMAT = "tag_tf.plan/2"
 # Bumped whenever the planner's choices change for the same inputs: older cached plans then miss.
-PLANNER_VERSION = "mcts/1"
+PLANNER_VERSION = "mcts/2"      # 2: group refinement, per-plan shares, balanced groups
 CACHE_ENV = "TAG_TF_CACHE_DIR"
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +173,7 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
     if cached is not None:
         try:
             cached.validate(groups, topology.num_devices)
+            analysis.for_strategy(cached)      # refined groups must fit this graph
         except StrategyError as e:   # a stale or hand-edited entry: plan again
             log.warning("ignoring plan cache entry %s: %s", path, e)
         else:

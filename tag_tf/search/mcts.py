@@ -226,6 +226,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
                 beat_dp_at, beat_dp_s = iterations, time.perf_counter() - start_time
     finally:
         bar.close()
+    refine_runs = 0
     if options.polish and np.isfinite(best_time):
         moves = [(g,) for g in order] + coupled_blocks(sim.prepared, n_groups)
         polish_end = deadline.end
@@ -233,8 +234,10 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
         half = Deadline(time.perf_counter() + 0.5 * max(0.0, polish_end - time.perf_counter()))
         best_plan, best_time, _ = improve(cost, best_plan, best_time, actions, moves, half, max_passes=1,
                                           progress=options.progress, label="MCTS polish")
-        if options.refine:
-            best_plan, best_time, _ = refine(sim, best_plan, best_time, actions, deadline, progress=options.progress)
+        if options.refine:       # refinement gets 3/4 of what is left; fusion and shares the rest
+            until = Deadline(time.perf_counter() + 0.75 * max(0.0, deadline.end - time.perf_counter()))
+            best_plan, best_time, refine_runs = refine(sim, best_plan, best_time, actions, until,
+                                                       progress=options.progress)
         best_plan, best_time = tune_fusion(cost, best_plan, best_time, deadline)
         best_plan, best_time = balance_shares(cost, best_plan, best_time, deadline,
                                               ShareSolver(sim.for_strategy(best_plan).prepared))
@@ -243,7 +246,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
         best_plan, best_time = fixed[best_name], reference
     strategy = dataclasses.replace(best_plan, name="auto", graph=sim.analysis.graph.fingerprint,
                                    topology=topology.fingerprint)
-    return MctsResult(strategy, best_time, times, cost.evaluations, iterations, time.perf_counter() - start_time,
+    return MctsResult(strategy, best_time, times, cost.evaluations + refine_runs, iterations, time.perf_counter() - start_time,
                       beat_dp_at, beat_dp_s, fell_back, prior_name)
 
 

@@ -75,7 +75,7 @@ class Simulator:
         self.costs = costs
         self._comm = comm
         self._regrouped: dict[tuple[int, ...], "Simulator"] = {}
-        self._own_groups = tuple(analysis.grouping.group_of[o] for o in analysis.planning.ops)
+        self._own_groups = analysis.op_groups
         self.nominal = prepare(analysis, topology, costs, comm)
         self.calibration = resolve_calibration(calibration, topology)
         self._members = member_counts(analysis)
@@ -142,6 +142,8 @@ class Simulator:
 
     def encode(self, strategy: Strategy) -> tuple[np.ndarray, ...]:
         """The strategy as the flat arrays the native expander reads."""
+        if strategy.op_groups is not None and tuple(strategy.op_groups) != self._own_groups:
+            raise StrategyError("the strategy plans refined op groups: encode with sim.for_strategy(strategy)")
         strategy.validate(self.num_groups, self._num_devices)
         ptr = np.zeros(self.num_groups + 1, dtype=np.int32)
         devs: list[int] = []

@@ -26,7 +26,8 @@ def test_paper_harness_quick(tmp_path):
     assert set(strategies["rows"]) == {"mlp", "cnn", "transformer"}
     homogeneous = json.loads((tmp_path / "paper_homogeneous.json").read_text())
     relative = homogeneous["relative_to_expert"]
-    assert relative["expert (one GPU)"] == 1.0 and relative["auto"] >= max(v for v in relative.values() if v)
+    # auto is never slower than the baselines it searches against (the one-GPU expert is not one)
+    assert relative["expert (one GPU)"] == 1.0 and relative["auto"] >= max(relative["dp"] or 0, relative["horovod"] or 0)
     assert homogeneous["paper_relative_to_expert"] is None           # tiny model: no paper figure beside
     text = md.read_text()
     assert "kept above" in text and "kept below" in text and "\nold\n" not in text

@@ -127,6 +127,17 @@ def test_profile_each_device_type_of_a_cluster(capsys, tmp_path):
         spec.save(str(path))
         out = run_json(capsys, "profile", "--model", "mlp", "--tiny", "--batch-sizes", "2,4", "--repeats", "1",
                        "--warmup", "0", "--cluster", str(path), "--db", str(db), "--json")
+        # A topology naming a GPU the server does not have is refused (soft placement would run the
+        # ops on the CPU and store those times as the GPU's).
+        import yaml
+
+        mixed = tmp_path / "mixed.yaml"
+        mixed.write_text(yaml.safe_dump({"name": "mixed", "machines": [{"gpus": "1x cpu", "intra": "local"},
+                                                                         {"gpus": "1x V100"}],
+                                         "inter": {"switch": "10Gbps"}}))
+        code = main(["profile", "--model", "mlp", "--tiny", "--cluster", str(path), "--topology", str(mixed),
+                     "--db", str(db), "--json"])
+        assert code != 0 and "task 1" in capsys.readouterr().err
     assert out["device_types"] == ["cpu"]
     (report,) = out["profiles"]
     assert report["server"] == f"grpc://{spec.tasks[0]}" and report["device"].endswith("task:0/device:CPU:0")

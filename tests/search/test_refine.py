@@ -47,7 +47,14 @@ def test_a_refined_plan_compiles_to_an_equivalent_graph(name, devices):
     assert len(plan.groups) > len(base.groups) and plan.op_groups is not None
     refined = a.for_strategy(plan)
     assert len(refined.grouping.groups) == len(plan.groups)
-    # Every split group's ops now run in two places.
+    # Each split group's ops are now two groups, planned on different devices.
+    for k, child in enumerate(range(len(base.groups), len(plan.groups))):
+        parent = [g for g in range(len(base.groups))
+                  if set(refined.grouping.groups[child].ops) < set(a.grouping.groups[g].ops)]
+        assert len(parent) == 1
+        assert set(refined.grouping.groups[parent[0]].ops) | set(refined.grouping.groups[child].ops) \
+            == set(a.grouping.groups[parent[0]].ops)
+        assert plan.groups[child].devices != plan.groups[parent[0]].devices
     compiled = compile_strategy(PassContext(), a, plan, DeviceMap.local_cpus(devices), check=True)
     result = check_equivalence(a, compiled, batches(model, 3), 3)
     assert result.ok, result.max_rel_diff
@@ -105,14 +112,17 @@ def test_simulate_cli_runs_a_refined_plan_file(tmp_path, capsys):
     assert json.loads(out.out)["iteration_time_s"] > 0
 
 
-def test_refine_never_returns_a_slower_plan():
+def test_refine_splits_dominant_groups_and_never_returns_a_slower_plan():
     _, a = analysis_of("transformer")
     topology = load_topology("testbed")
     sim = Simulator(a, topology)
     start = Strategy.uniform(sim.num_groups, (0, 1, 2, 3), Option.ALLREDUCE)
     t0 = sim.simulate(start).iteration_time_s
     plan, t, runs = refine(sim, start, t0, candidate_actions(topology), Deadline(time.perf_counter() + 20))
-    assert runs > 0 and t <= t0
+    # Deterministic (METIS seed, simulation): on this start the halves placed apart are faster.
+    assert runs > 0 and t < t0
     assert t == pytest.approx(sim.simulate(plan).iteration_time_s)
-    if t < t0:
-        assert plan.op_groups is not None and len(plan.groups) > sim.num_groups
+    assert plan.op_groups is not None and len(plan.groups) > sim.num_groups
+    # Nothing to gain: the input comes back unchanged.
+    same, t2, _ = refine(sim, plan, t * 0.5, candidate_actions(topology), Deadline(time.perf_counter() + 5))
+    assert same is plan and t2 == t * 0.5

@@ -120,6 +120,11 @@ class Target:
     server: str = ""
 
 
+def _short(device: str) -> str:
+    """A device name without its replica, upper-cased kind: comparable across TF's spellings."""
+    return device.replace("/replica:0", "").replace("/device:", "/").upper()
+
+
 def cluster_devices(cluster_file: str, topology_spec: str | None) -> list[Target]:
     """One device per device type of the cluster, on the first task that has it."""
     import tensorflow as tf
@@ -129,6 +134,11 @@ def cluster_devices(cluster_file: str, topology_spec: str | None) -> list[Target
     spec = ClusterSpec.load(cluster_file)
     spec.check()                                   # a dead server is named before anything runs
     prefix = f"/job:{spec.job}/replica:0/task:"
+    with tf.Graph().as_default():
+        with tf.compat.v1.Session(spec.target, config=tf.compat.v1.ConfigProto(
+                operation_timeout_in_ms=spec.timeout_ms)) as sess:
+            devices = sess.list_devices()
+    present = {_short(d.name) for d in devices}
     found: dict[str, Target] = {}
     if topology_spec:
         from tag_tf.topology.load import load_topology
@@ -140,13 +150,13 @@ def cluster_devices(cluster_file: str, topology_spec: str | None) -> list[Target
         for task, machine in enumerate(topology.machines):
             for index, gpu in enumerate(machine.gpus):
                 kind = "CPU" if gpu.type == "cpu" else "GPU"
-                found.setdefault(gpu.type, Target(gpu.type, f"{prefix}{task}/device:{kind}:{index if kind == 'GPU' else 0}",
-                                                  f"grpc://{spec.tasks[task]}"))
+                name = f"{prefix}{task}/device:{kind}:{index if kind == 'GPU' else 0}"
+                if gpu.type not in found and _short(name) not in present:
+                    # Soft placement would run the ops elsewhere and store those times as this type's.
+                    raise ProfileError(f"{cluster_file}: topology {topology.name!r} puts a {gpu.type} at {name}, but "
+                                       f"task {task} ({spec.tasks[task]}) has no such device")
+                found.setdefault(gpu.type, Target(gpu.type, name, f"grpc://{spec.tasks[task]}"))
         return list(found.values())
-    with tf.Graph().as_default():
-        with tf.compat.v1.Session(spec.target, config=tf.compat.v1.ConfigProto(
-                operation_timeout_in_ms=spec.timeout_ms)) as sess:
-            devices = sess.list_devices()
     gpus = [d.name for d in devices if d.device_type == "GPU"]
     if gpus:
         raise ProfileError(f"{cluster_file}: the servers have GPUs ({gpus[0]}, ...) whose types only a topology "
