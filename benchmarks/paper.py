@@ -234,9 +234,8 @@ def write_markdown(results_dir: str, markdown: str) -> None:
 
 def render(results_dir: str, markdown_dir: str) -> str:
     lines = ["## The paper's evaluation, SIMULATED beside the paper's MEASURED figures (`python -m benchmarks run all`)", ""]
-    path = os.path.join(results_dir, "paper_iteration.json")
-    if os.path.exists(path):
-        data = json.load(open(path))
+    data = _load(results_dir, "iteration")
+    if data:
         quick = " (QUICK smoke run: tiny models, not evidence)" if data.get("quick") else ""
         lines += [f"Per-iteration time{quick}, budget {data['budget_s']:.0f} s per plan, simulated on the calibrated "
                   f"presets (cost sources: the calibrated analytical GPU cost model); paper: measured. "
@@ -265,9 +264,8 @@ def render(results_dir: str, markdown_dir: str) -> str:
         plot = _plot_iteration(data, results_dir)
         if plot:
             lines += [f"Plot: `{os.path.relpath(plot, markdown_dir)}` (regenerated, not committed).", ""]
-    path = os.path.join(results_dir, "paper_strategies.json")
-    if os.path.exists(path):
-        data = json.load(open(path))
+    data = _load(results_dir, "strategies")
+    if data:
         lines += ["Deployment strategies of `auto` on the testbed (ours / paper): mean number of GPUs of each type a "
                   "group is placed on; share of the parameter bytes of multi-device groups on PS, AllReduce, and "
                   "model-parallel or duplicated (no gradient sync; the paper's table has no such column).", "",
@@ -282,9 +280,8 @@ def render(results_dir: str, markdown_dir: str) -> str:
                       f"{row.get('other_share', 0):.0%}"]
             lines.append(f"| {model} | " + " | ".join(cells) + " |")
         lines.append("")
-    path = os.path.join(results_dir, "paper_homogeneous.json")
-    if os.path.exists(path):
-        data = json.load(open(path))
+    data = _load(results_dir, "homogeneous")
+    if data:
         quick = " (QUICK smoke run: a tiny CNN, not evidence)" if data.get("quick") else ""
         lines += [f"Homogeneous cluster{quick}: {data['model']} on one machine with 2 V100s (NVLink), speed relative "
                   f"to the expert placement (the whole model on one GPU), simulated with the `{data['calibration']}` "
@@ -306,6 +303,15 @@ def render(results_dir: str, markdown_dir: str) -> str:
                   + (f" Ours vs the paper: {', '.join(gaps)}; the fitted per-op executor overhead, which every "
                      "replica pays, keeps two GPUs further from 2x than the paper measured." if gaps else ""), ""]
     return "\n".join(lines) + "\n"
+
+
+def _load(results_dir: str, experiment: str) -> dict[str, Any] | None:
+    """An experiment's JSON, or None when it has not been run."""
+    path = os.path.join(results_dir, f"paper_{experiment}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 def _plot_iteration(data: dict[str, Any], results_dir: str) -> str | None:

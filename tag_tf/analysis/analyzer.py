@@ -90,10 +90,10 @@ class Analysis:
         if op_groups is None:
             return self
         cache = self.__dict__.setdefault("_regrouped", {})     # frozen dataclass: a private memo
-        key = hash(tuple(op_groups))
-        if key not in cache or cache[key][0] != tuple(op_groups):
-            cache[key] = (tuple(op_groups), self.with_grouping(op_groups))
-        return cache[key][1]
+        key = tuple(op_groups)
+        if key not in cache:
+            cache[key] = self.with_grouping(key)
+        return cache[key]
 
     def unclassified(self) -> list[str]:
         return ann_mod.unclassified_types(self.annotations, self.graph, training_ops(self.graph))

@@ -229,10 +229,10 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
     refine_runs = 0
     if options.polish and np.isfinite(best_time):
         moves = [(g,) for g in order] + coupled_blocks(sim.prepared, n_groups)
-        polish_end = deadline.end
-        # The moves get half of the polish; refinement (splitting dominant groups) the rest.
-        half = Deadline(time.perf_counter() + 0.5 * max(0.0, polish_end - time.perf_counter()))
-        best_plan, best_time, _ = improve(cost, best_plan, best_time, actions, moves, half, max_passes=1,
+        # With refinement, the moves get half of the polish; refinement (splitting dominant groups) the rest.
+        moves_until = (Deadline(time.perf_counter() + 0.5 * max(0.0, deadline.end - time.perf_counter()))
+                       if options.refine else deadline)
+        best_plan, best_time, _ = improve(cost, best_plan, best_time, actions, moves, moves_until, max_passes=1,
                                           progress=options.progress, label="MCTS polish")
         if options.refine:       # refinement gets 3/4 of what is left; fusion and shares the rest
             until = Deadline(time.perf_counter() + 0.75 * max(0.0, deadline.end - time.perf_counter()))
