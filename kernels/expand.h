@@ -100,6 +100,7 @@ struct StrategyView {
   const uint8_t* grp_option = nullptr;  // [num_groups]
   const double* shares = nullptr;       // [num_devices] or nullptr (even)
   const int32_t* mp_part = nullptr;     // [num_ops] part of each op of a model-parallel group, else -1
+  const uint8_t* op_dup = nullptr;      // [num_ops] 1: duplicated on its replicated group's devices (SFB)
   int64_t fusion_bytes = 0;             // bucket cap for fused all-reduces; 0 = one tensor each
   bool sync_after_backward = false;     // all-reduces of a sync level wait for all its gradients
 };
@@ -287,6 +288,14 @@ class Expander {
         auto it = ps_of.find(key);
         if (it == ps_of.end()) it = ps_of.emplace(key, bl.devs[next_ps[gid]++ % bl.size()]).first;
         op_layout_[op] = it->second;
+      } else if (s.op_dup && s.op_dup[op] && bl.mode == kReplicated) {
+        // Sufficient factor broadcasting: the whole batch on every device of the group, so the
+        // gradient it produces is complete everywhere (tag_tf/compiler/placement.py, same rule).
+        Layout l;
+        l.mode = kDuplicated;
+        l.option = bl.option;
+        l.devs = bl.devs;
+        op_layout_[op] = intern(std::move(l));
       } else {
         op_layout_[op] = base;
       }

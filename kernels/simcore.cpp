@@ -172,13 +172,15 @@ class Simulator {
 
   // Expand and simulate one strategy. Returns a dict (see tag_tf/sim/simulator.py).
   py::dict run(Arr<int32_t> grp_ptr, Arr<int32_t> grp_devs, Arr<uint8_t> grp_option, py::object shares,
-               py::object mp_part, int64_t fusion_bytes, bool sync_after_backward, bool with_tasks) {
+               py::object mp_part, int64_t fusion_bytes, bool sync_after_backward, py::object op_dup,
+               bool with_tasks) {
     if (grp_ptr.size() != p_.num_groups + 1 || grp_option.size() != p_.num_groups)
       throw std::invalid_argument("strategy: expected one device list and option per group");
     if (grp_ptr.data()[p_.num_groups] != grp_devs.size() || grp_ptr.data()[0] != 0)
       throw std::invalid_argument("strategy: grp_ptr does not match grp_devs");
     std::vector<double> sh;
     std::vector<int32_t> mp;
+    std::vector<uint8_t> dup;
     tag_sim::StrategyView s;
     s.grp_ptr = grp_ptr.data();
     s.grp_devs = grp_devs.data();
@@ -197,6 +199,12 @@ class Simulator {
       if (a.size() != p_.num_ops) throw std::invalid_argument("strategy: mp_part needs one entry per op");
       mp.assign(a.data(), a.data() + a.size());
       s.mp_part = mp.data();
+    }
+    if (!op_dup.is_none()) {
+      auto a = py::cast<Arr<uint8_t>>(op_dup);
+      if (a.size() != p_.num_ops) throw std::invalid_argument("strategy: op_dup needs one entry per op");
+      dup.assign(a.data(), a.data() + a.size());
+      s.op_dup = dup.data();
     }
     std::string err;
     tag_sim::Status status = tag_sim::Status::kOk;
@@ -330,13 +338,13 @@ class Simulator {
 
 PYBIND11_MODULE(_simcore, m) {
   m.doc() = "tag_tf native simulator core (discrete-event engine, see kernels/engine.h)";
-  m.attr("ABI_VERSION") = 5;
+  m.attr("ABI_VERSION") = 6;
 
   py::class_<Simulator>(m, "Simulator", "A prepared graph + topology: expand and simulate strategies.")
       .def(py::init<const py::dict&>(), py::arg("prepared"))
       .def("run", &Simulator::run, py::arg("grp_ptr").noconvert(), py::arg("grp_devs").noconvert(),
            py::arg("grp_option").noconvert(), py::arg("shares"), py::arg("mp_part"), py::arg("fusion_bytes") = 0,
-           py::arg("sync_after_backward") = false, py::arg("with_tasks") = false,
+           py::arg("sync_after_backward") = false, py::arg("op_dup") = py::none(), py::arg("with_tasks") = false,
            "Expand a strategy into tasks and simulate one iteration; returns a summary dict.");
 
   m.def(

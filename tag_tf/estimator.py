@@ -20,7 +20,7 @@ from tag_tf.frontend.distribute import distribute
 def distributed(estimator: Any, strategy: Any = "auto", topology: Any = None, cluster: Any = None,
                 cache_dir: str | None = None, budget_s: float | None = None, verify: bool = False,
                 exact_batch_stats: bool = False, fallback: str = "error", inference: bool = False,
-                calibration: Any = "default", trusted_network: bool = False) -> Any:
+                calibration: Any = "default", trusted_network: bool = False, sfb: bool = True) -> Any:
     """A copy of `estimator` whose `train` runs under `tag_tf.distribute(strategy, topology, ...)`.
 
     With `inference=True`, `predict` runs distributed too (forward only, same planner and compiler).
@@ -29,7 +29,7 @@ def distributed(estimator: Any, strategy: Any = "auto", topology: Any = None, cl
     in `train_and_evaluate`, still pass) sharing its configuration, model_fn and model_dir."""
     options = dict(strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir,
                    budget_s=budget_s, verify=verify, exact_batch_stats=exact_batch_stats, fallback=fallback,
-                   calibration=calibration, trusted_network=trusted_network)
+                   calibration=calibration, trusted_network=trusted_network, sfb=sfb)
     base = type(estimator)
 
     def train(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -45,6 +45,24 @@ class GroupPlan:
 
 
 @dataclasses.dataclass(frozen=True)
+class SfbCut:
+    """Sufficient factor broadcasting for one gradient (paper: "Sufficient Factor Broadcasting").
+
+    Instead of synchronising `gradient` (AllReduce or PS), the planned ops `ops` -- the gradient's
+    producer and the private subgraph feeding it -- run duplicated on every device of their
+    replicated group, each on the whole batch: their inputs (the sufficient factors, e.g. the
+    activations and back-propagated errors of a dense layer) are gathered to every device, and each
+    device computes the full gradient itself.
+    """
+    gradient: str                 # the gradient tensor whose synchronisation this replaces
+    ops: tuple[str, ...]          # planned ops run duplicated (producer of `gradient` included)
+    saving_s: float = 0.0         # the SFB MILP's predicted saving per iteration (seconds)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gradient": self.gradient, "ops": list(self.ops), "saving_s": self.saving_s}
+
+
+@dataclasses.dataclass(frozen=True)
 class Strategy:
     groups: tuple[GroupPlan, ...]
     shares: tuple[float, ...] | None = None   # per topology device; None = even split
@@ -65,6 +83,17 @@ class Strategy:
     # each planned op, in the planning graph's order (search/refine.py splits dominant groups).
     # None: the groups analysis makes.
     op_groups: tuple[int, ...] | None = None
+    # Op-level duplication chosen by the SFB solver (tag_tf/search/sfb.py), one entry per gradient
+    # whose synchronisation it replaces. Empty: none.
+    sfb: tuple[SfbCut, ...] = ()
+
+    @property
+    def duplicated_ops(self) -> frozenset[str]:
+        """Planned ops that run duplicated on their group's devices (sufficient factor broadcasting)."""
+        return frozenset(op for cut in self.sfb for op in cut.ops)
+
+    def with_sfb(self, cuts: Sequence[SfbCut]) -> "Strategy":
+        return dataclasses.replace(self, sfb=tuple(cuts))
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -90,7 +119,8 @@ class Strategy:
                 "topology": self.topology, "shares": None if self.shares is None else list(self.shares),
                 "fusion_bytes": self.fusion_bytes, "sync_after_backward": self.sync_after_backward,
                 "groups": [g.to_dict() for g in self.groups],
-                **({} if self.op_groups is None else {"op_groups": list(self.op_groups)})}
+                **({} if self.op_groups is None else {"op_groups": list(self.op_groups)}),
+                **({"sfb": [c.to_dict() for c in self.sfb]} if self.sfb else {})}
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -127,8 +157,9 @@ class Strategy:
                                                            for x in op_groups)):
                 raise StrategyError(f"{source}: 'op_groups' must be a list of group ids, one per planned op")
             op_groups = tuple(op_groups)
+        sfb = _parse_sfb(d.get("sfb", []), source)           # absent in files older than SFB
         return cls(tuple(groups), None if shares is None else tuple(float(x) for x in shares),
-                   d.get("graph"), d.get("topology"), d.get("name", ""), fusion, barrier, op_groups)
+                   d.get("graph"), d.get("topology"), d.get("name", ""), fusion, barrier, op_groups, sfb)
 
     @classmethod
     def load(cls, path: str) -> "Strategy":
@@ -183,6 +214,29 @@ class Strategy:
 
     def share_weights(self, devices: Iterable[int]) -> tuple[float, ...]:
         return tuple(1.0 if self.shares is None else float(self.shares[d]) for d in devices)
+
+
+def _parse_sfb(items: Any, source: str) -> tuple[SfbCut, ...]:
+    if not isinstance(items, list):
+        raise StrategyError(f"{source}: 'sfb' must be a list of {{gradient, ops, saving_s}} objects")
+    cuts, seen = [], {}
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("gradient"), str) or not item["gradient"]:
+            raise StrategyError(f"{source}: sfb[{i}] needs a 'gradient' tensor name")
+        ops = item.get("ops")
+        if not isinstance(ops, list) or not ops or not all(isinstance(o, str) and o for o in ops):
+            raise StrategyError(f"{source}: sfb[{i}] ({item['gradient']}): 'ops' must be a non-empty list "
+                                "of op names")
+        saving = item.get("saving_s", 0.0)
+        if isinstance(saving, bool) or not isinstance(saving, (int, float)):
+            raise StrategyError(f"{source}: sfb[{i}] ({item['gradient']}): 'saving_s' must be a number")
+        for op in ops:
+            if op in seen:
+                raise StrategyError(f"{source}: op {op!r} is duplicated for two gradients "
+                                    f"({seen[op]} and {item['gradient']})")
+            seen[op] = item["gradient"]
+        cuts.append(SfbCut(item["gradient"], tuple(ops), float(saving)))
+    return tuple(cuts)
 
 
 def split_counts(total: int, weights: Sequence[float]) -> tuple[int, ...]:

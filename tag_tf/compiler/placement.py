@@ -3,7 +3,8 @@
 - SINGLE(d): one instance on device d (whole batch).
 - REPLICATED(R, counts): instance j on R[j] takes counts[j] samples; outputs follow the op's
   annotation (split / partial / full / local).
-- DUPLICATED(R): a full copy on every device of R (whole batch each).
+- DUPLICATED(R): a full copy on every device of R (whole batch each): a Duplicate group, and the
+  ops sufficient factor broadcasting duplicates inside a replicated group (`Strategy.sfb`).
 
 Ops outside training (initialisers, save/restore, summaries) follow the variable they touch: writers
 run once per variable copy (so every copy is initialised and restored), everything else once.
@@ -21,6 +22,7 @@ from tag_tf.analysis import Analysis
 from tag_tf.analysis.grouping import _UnionFind, colocation_pairs, group_ops
 from tag_tf.analysis.simplify import PlanningGraph, training_ops
 from tag_tf.analysis.states import Flag
+from tag_tf.errors import StrategyError
 from tag_tf.ir import opsets
 from tag_tf.strategy import GroupPlan, Option, Strategy, split_counts
 
@@ -112,6 +114,33 @@ def mp_partition(analysis: Analysis, group: int, parts: int, seed: int = 0) -> d
     return {op: grouping.group_of[op] % parts for op in ops}
 
 
+def duplicated_ops(analysis: Analysis, strategy: Strategy, coloc: "ColocationSets | None" = None) -> frozenset[str]:
+    """The planned ops `strategy.sfb` duplicates, checked against `analysis` (the analysis of the
+    strategy's groups): each must be a planned op of a group replicated with AllReduce or PS, neither
+    fed once (an input) nor colocated with a variable (PS groups keep those on their server)."""
+    dup = strategy.duplicated_ops
+    if not dup:
+        return dup
+    coloc = coloc or ColocationSets(analysis)
+    planned = set(analysis.planning.ops)
+    for cut in strategy.sfb:
+        for op in cut.ops:
+            where = f"sfb for {cut.gradient}: op {op!r}"
+            if op not in planned:
+                raise StrategyError(f"{where} is not a planned op of this graph")
+            gid = analysis.grouping.group_of[op]
+            plan = strategy.groups[gid]
+            if len(plan.devices) < 2 or plan.option not in (Option.ALLREDUCE, Option.PS):
+                raise StrategyError(f"{where}: its group {gid} runs {plan.option.value} on {len(plan.devices)} "
+                                    "device(s); only ops of a group replicated with allreduce or ps can be "
+                                    "duplicated")
+            if Flag.SOURCE in analysis.annotations[op].flags:
+                raise StrategyError(f"{where} is an input of the step (fed once); it cannot be duplicated")
+            if coloc.with_variable(op):
+                raise StrategyError(f"{where} is colocated with a variable; it cannot be duplicated")
+    return dup
+
+
 def resolve(analysis: Analysis, strategy: Strategy, num_devices: int) -> Placement:
     """The layout of every op of `analysis.graph` under `strategy`."""
     graph = analysis.graph
@@ -122,6 +151,8 @@ def resolve(analysis: Analysis, strategy: Strategy, num_devices: int) -> Placeme
     train = training_ops(graph)
     coloc = ColocationSets(analysis)
     group_of = analysis.grouping.group_of
+    dup = duplicated_ops(analysis, strategy, coloc)
+    planned_host = analysis.planning.host
 
     # Per-group base layouts and, for PS groups, a parameter server per colocation set (round-robin).
     group_layout: list[Layout] = []
@@ -155,6 +186,9 @@ def resolve(analysis: Analysis, strategy: Strategy, num_devices: int) -> Placeme
                 ps_device[root] = plan.devices[k % len(plan.devices)]
                 next_ps[gid] = k + 1
             layouts[name] = single(ps_device[root])
+            continue
+        if base.mode is Mode.REPLICATED and planned_host.get(name) in dup:    # SFB: the whole batch everywhere
+            layouts[name] = Layout(Mode.DUPLICATED, base.devices, option=base.option)
             continue
         layouts[name] = base
 
@@ -190,5 +224,5 @@ def _group_layout(plan: GroupPlan, strategy: Strategy, batch: int, dynamic: bool
     return Layout(Mode.REPLICATED, plan.devices, counts, weights if dynamic else (), plan.option)
 
 
-__all__ = ["HOST", "Layout", "Mode", "Placement", "resolve", "single", "mp_partition"]
+__all__ = ["HOST", "Layout", "Mode", "Placement", "duplicated_ops", "resolve", "single", "mp_partition"]
 

@@ -64,12 +64,14 @@ VERIFY_TOLERANCE = 1e-4
 def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None, cache_dir: str | None = None,
                budget_s: float | None = None, verify: bool = False, exact_batch_stats: bool = False,
                fallback: str = "error", inference: bool = False,
-               calibration: Any = "default", trusted_network: bool = False) -> "Distribution | Callable":
+               calibration: Any = "default", trusted_network: bool = False, sfb: bool = True
+               ) -> "Distribution | Callable":
     """Train the TF1 code run inside this context (or decorated function) distributed.
 
     strategy: "auto" (the best plan the planner gives), a baseline ("dp", "dp-p" with batch shares
         proportional to device capacity, "horovod" and "horovod-p" with fused gradient buckets,
-        "heterog"), a `tag_tf.strategy.Strategy`, or the path of a strategy JSON file.
+        "heterog"; each also as "<name>+sfb", with sufficient factor broadcasting), a
+        `tag_tf.strategy.Strategy`, or the path of a strategy JSON file.
     topology: a preset name ("local:4", "testbed", ...), a topology file or dict, or a Topology;
         default: this machine (its GPUs, else 4 virtual CPU devices).
     cluster: a cluster file (or ClusterSpec): run on those `tag-tf server`s, task i = machine i.
@@ -87,6 +89,8 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
         runs whatever graph anyone who reaches it sends; say so only for a network that is yours).
     calibration: the simulator physics the planner judges plans with: "default" (the shipped fit
         for the testbed/cloud presets, datasheet elsewhere), "nominal", or a `tag-tf calibrate` file.
+    sfb: "auto" plans apply sufficient factor broadcasting (gradients rebuilt on every device from
+        their factors where that simulates faster than synchronising them); False: never.
     inference: also distribute graphs that never train: the first run fetching values computed
         from a batch input (predictions) is planned and compiled like a training run, forward only;
         fetched values are those of the single-device graph.
@@ -98,7 +102,7 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
     return Distribution(strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir,
                         budget_s=budget_s, verify=verify, exact_batch_stats=exact_batch_stats,
                         fallback=fallback, inference=inference, calibration=calibration,
-                        trusted_network=trusted_network)
+                        trusted_network=trusted_network, sfb=sfb)
 
 
 @dataclasses.dataclass
@@ -116,13 +120,13 @@ class Distribution:
     def __init__(self, *, strategy: Any = "auto", topology: Any = None, cluster: Any = None,
                  cache_dir: str | None = None, budget_s: float | None = None, verify: bool = False,
                  exact_batch_stats: bool = False, fallback: str = "error", inference: bool = False,
-                 calibration: Any = "default", trusted_network: bool = False):
+                 calibration: Any = "default", trusted_network: bool = False, sfb: bool = True):
         if fallback not in FALLBACKS:
             raise TagError(f"fallback={fallback!r}: expected one of {', '.join(map(repr, FALLBACKS))}")
         self.options = dict(strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir,
                             budget_s=budget_s, verify=verify, exact_batch_stats=exact_batch_stats,
                             fallback=fallback, inference=inference, calibration=calibration,
-                            trusted_network=trusted_network)
+                            trusted_network=trusted_network, sfb=sfb)
         self.plans: list[Plan] = []
         self.programs: list[Program] = []
         self.target: Target | None = None
@@ -312,7 +316,7 @@ class Distribution:
                                      if self.options["cache_dir"] else None)
         plan = resolve_strategy(analysis, target.topology, self.options["strategy"],
                                 cache_dir=self.options["cache_dir"], budget_s=self.options["budget_s"],
-                                calibration=self.options["calibration"], costs=costs)
+                                calibration=self.options["calibration"], costs=costs, sfb=self.options["sfb"])
         compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices,
                                     fetches=[f for f in fetches if f.rpartition(":")[0] in ir],
                                     run_ops=[r for r in roots if r in ir],

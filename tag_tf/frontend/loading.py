@@ -85,7 +85,8 @@ def stored_costs(loaded: Loaded, analysis: Analysis, topology: Any, args: argpar
 def strategy_from_spec(spec: str, analysis: Analysis, topology: Any, *, seed: int = 0,
                        check_topology: bool = True, budget_s: float = 10.0, sim: Any = None) -> Any:
     """`--strategy`: a baseline ("dp", "dp-p", "horovod", "horovod-p"; "heterog" is searched for
-    `budget_s` seconds), "random" (seeded) or a strategy JSON file, checked against the graph (and,
+    `budget_s` seconds), "random" (seeded), any of those with "+sfb" (sufficient factor broadcasting
+    applied where it simulates faster) or a strategy JSON file, checked against the graph (and,
     with `check_topology`, the topology it was made for)."""
     import numpy as np
 
@@ -93,6 +94,16 @@ def strategy_from_spec(spec: str, analysis: Analysis, topology: Any, *, seed: in
     from tag_tf.strategy import Strategy
 
     n = len(analysis.grouping.groups)
+    if spec.endswith("+sfb") and spec != "+sfb":      # a baseline with sufficient factor broadcasting
+        import dataclasses
+
+        from tag_tf.search.sfb import apply_sfb
+        from tag_tf.sim.simulator import Simulator
+
+        sim = sim or Simulator(analysis, topology)
+        base = strategy_from_spec(spec[:-4], analysis, topology, seed=seed, check_topology=check_topology,
+                                  budget_s=budget_s, sim=sim)
+        return dataclasses.replace(apply_sfb(sim, base).strategy, name=spec)
     if spec in BASELINES:
         return baseline(spec, n, topology)
     if spec == "heterog":
@@ -108,7 +119,8 @@ def strategy_from_spec(spec: str, analysis: Analysis, topology: Any, *, seed: in
     return strategy
 
 
-STRATEGY_HELP = "dp | dp-p | horovod | horovod-p | heterog | random | a strategy JSON file"
+STRATEGY_HELP = ("dp | dp-p | horovod | horovod-p | heterog | random (each also with +sfb, e.g. dp+sfb) | "
+                 "a strategy JSON file")
 FUSION_HELP = ("gradient buckets: 'none' (one reduction per tensor), a size such as 64MiB, or 'auto' (the "
                "size that simulates fastest); default: what the strategy says")
 

@@ -1,7 +1,8 @@
 """Which strategy a graph trains with: resolving the user's request, the planner, and the plan cache.
 
 A request is "auto" (the best plan the planner can give), a baseline ("dp", "dp-p", "horovod",
-"horovod-p", "heterog"), a `Strategy`, or the path of a strategy JSON file. Planned strategies
+"horovod-p", "heterog", each also with sufficient factor broadcasting: "dp+sfb", ...), a `Strategy`,
+or the path of a strategy JSON file. Planned strategies
 (everything but objects and files) are cached on disk, keyed by the graph's
 fingerprint, the topology's fingerprint and the request, so the second run of a script does not plan
 again. Given strategies (objects, files) are only validated.
@@ -18,15 +19,18 @@ import tempfile
 import time
 from typing import Any, Callable
 
+from tag_tf.compiler.placement import duplicated_ops
 from tag_tf.errors import StrategyError
 from tag_tf.strategy import Strategy
 
 log = logging.getLogger("tag_tf.planning")
 
-PLANNED = ("auto", "dp", "dp-p", "horovod", "horovod-p", "heterog")
+BASELINE_REQUESTS = ("dp", "dp-p", "horovod", "horovod-p", "heterog")
+SFB = "+sfb"                    # a baseline with sufficient factor broadcasting applied (search/sfb.py)
+PLANNED = ("auto", *BASELINE_REQUESTS, *(b + SFB for b in BASELINE_REQUESTS))
 CACHE_FORMAT = "tag_tf.plan/2"
 # Bumped whenever the planner's choices change for the same inputs: older cached plans then miss.
-PLANNER_VERSION = "mcts/2"      # 2: group refinement, per-plan shares, balanced groups
+PLANNER_VERSION = "mcts/3"      # 2: group refinement, per-plan shares, balanced groups; 3: SFB
 CACHE_ENV = "TAG_TF_CACHE_DIR"
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +84,14 @@ def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = N
     searched for `budget_s` seconds)."""
     from tag_tf.search import baselines
 
+    if name.endswith(SFB):
+        from tag_tf.search.sfb import apply_sfb
+
+        base = baseline(name[: -len(SFB)], analysis, topology, budget_s, calibration, costs)
+        outcome = apply_sfb(simulator(analysis, topology, calibration, costs), base)
+        log.info("%s: SFB replaces %d of %d gradient synchronisations, %.3g -> %.3g ms (simulated)", name,
+                 outcome.kept, len(outcome.solutions), outcome.before_s * 1e3, outcome.after_s * 1e3)
+        return dataclasses.replace(outcome.strategy, name=name)
     try:
         if name == "heterog":
             from tag_tf.search.heterog import heterog
@@ -94,16 +106,23 @@ def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = N
 
 
 def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None, calibration: Any = "default",
-                costs: Any = None) -> Strategy:
+                costs: Any = None, sfb: bool = True) -> Strategy:
     """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds:
     the strategy creator's MCTS (uniform prior until trained GNN weights ship), polished by the local
-    search's moves, never slower (simulated) than the best baseline. Shows a progress bar on terminals."""
+    search's moves, then (`sfb`) sufficient factor broadcasting where it simulates faster; never
+    slower (simulated) than the best baseline. Shows a progress bar on terminals."""
     from tag_tf.search.local_search import NOTHING_FITS
     from tag_tf.search.mcts import MctsOptions, mcts_search
 
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
-    result = mcts_search(simulator(analysis, topology, calibration, costs), topology,
-                         MctsOptions(budget_s=budget, progress=True))
+    sim = simulator(analysis, topology, calibration, costs)
+    result = mcts_search(sim, topology, MctsOptions(budget_s=budget, progress=True))
+    if sfb and result.found:
+        from tag_tf.search.sfb import with_sfb
+
+        result, outcome = with_sfb(sim, topology, result)
+        log.info("auto plan: SFB replaces %d of %d gradient synchronisations (%.3g -> %.3g ms simulated)",
+                 outcome.kept, len(outcome.solutions), outcome.before_s * 1e3, outcome.after_s * 1e3)
     if not result.found:
         raise StrategyError(f"strategy='auto': no plan fits {topology.name!r}: {NOTHING_FITS} "
                             f"(batch {analysis.batch_size})")
@@ -148,12 +167,13 @@ def _given(request: Any) -> Strategy:
 def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cache_dir: str | None = None,
                      budget_s: float | None = None,
                      planner: Callable[[Any, Any, str, float | None], Strategy] | None = None,
-                     calibration: Any = "default", costs: Any = None) -> Plan:
+                     calibration: Any = "default", costs: Any = None, sfb: bool = True) -> Plan:
     """The strategy to compile `analysis` with on `topology`.
 
     `planner(analysis, topology, request, budget_s)` plans the PLANNED requests (default: `plan`,
-    judging plans with `calibration` and the op times of `costs`, a StoredCosts or None); its
-    result is cached under `cache_dir` (default: $TAG_TF_CACHE_DIR or ~/.cache/tag_tf).
+    judging plans with `calibration` and the op times of `costs`, a StoredCosts or None; "auto"
+    applies sufficient factor broadcasting unless `sfb` is False); its result is cached under
+    `cache_dir` (default: $TAG_TF_CACHE_DIR or ~/.cache/tag_tf).
     """
     key = request_key(request)
     groups = len(analysis.grouping.groups)
@@ -167,20 +187,22 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
     physics = f"+cal:{_calibration_key(calibration, topology)}"
     if costs is not None and not costs.empty:     # measured op times are other physics as well
         physics += f"+costs:{costs.digest}"
+    if key == "auto" and not sfb:
+        physics += "+nosfb"
     path = cache.path(analysis.graph.fingerprint, topology.fingerprint, key + physics, groups,
                       grouping=grouping_digest(analysis))
     cached = cache.load(path)
     if cached is not None:
         try:
             cached.validate(groups, topology.num_devices)
-            analysis.for_strategy(cached)      # refined groups must fit this graph
+            duplicated_ops(analysis.for_strategy(cached), cached)   # refined groups and SFB ops must fit
         except StrategyError as e:   # a stale or hand-edited entry: plan again
             log.warning("ignoring plan cache entry %s: %s", path, e)
         else:
             log.info("plan cache hit: %s", path)
             return Plan(cached, key, cache_hit=True, cache_path=path)
     start = time.perf_counter()
-    strategy = (planner or functools.partial(plan, calibration=calibration, costs=costs))(
+    strategy = (planner or functools.partial(plan, calibration=calibration, costs=costs, sfb=sfb))(
         analysis, topology, key, budget_s)
     strategy.validate(groups, topology.num_devices)
     seconds = time.perf_counter() - start
@@ -189,10 +211,10 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
 
 
 def plan(analysis: Any, topology: Any, request: str, budget_s: float | None, calibration: Any = "default",
-         costs: Any = None) -> Strategy:
+         costs: Any = None, sfb: bool = True) -> Strategy:
     """Plan a strategy for a PLANNED request (the hook the real search plugs into via choose_auto)."""
     if request == "auto":
-        return choose_auto(analysis, topology, budget_s, calibration, costs)
+        return choose_auto(analysis, topology, budget_s, calibration, costs, sfb)
     return baseline(request, analysis, topology, budget_s, calibration, costs)
 
 

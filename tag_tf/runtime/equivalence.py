@@ -3,6 +3,7 @@ graph, from the same initial values and data, and compare the trainable variable
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -141,9 +142,10 @@ def run_original(analysis: Analysis, feeds: Feeds, steps: int, *, timeout_ms: in
 
 
 def run_compiled(analysis: Analysis, compiled: Compiled, initial: Mapping[str, np.ndarray], feeds: Feeds,
-                 steps: int, *, target: str = "", config: Any = None
+                 steps: int, *, target: str = "", config: Any = None, step_seconds: list[float] | None = None
                  ) -> tuple[dict[str, np.ndarray], float, list[float]]:
-    """(final values, largest difference between copies, losses) of the compiled graph."""
+    """(final values, largest difference between copies, losses) of the compiled graph; the wall
+    time of each step is appended to `step_seconds` when given."""
     import tensorflow as tf
 
     ir = analysis.graph
@@ -159,7 +161,10 @@ def run_compiled(analysis: Analysis, compiled: Compiled, initial: Mapping[str, n
         sess.run(_initializers(ir, compiled.builder.instances))
         io.load(sess, initial)
         for step in range(steps):
+            start = time.perf_counter()
             out = sess.run([train] + ([loss] if loss else []), dict(feeds(step)))
+            if step_seconds is not None:
+                step_seconds.append(time.perf_counter() - start)
             if loss:
                 losses.append(float(out[1]))
         final = io.read(sess)

@@ -154,6 +154,7 @@ def prepare(analysis: Analysis, topology: Any, costs: Any, comm: Any = None) -> 
         "link_res_ptr": np.array(link_ptr, dtype=np.int32), "link_res": np.array(link_res, dtype=np.int32),
         "link_bw": bw, "link_lat": lat,
         "link_names": tuple(str(k) for k in link_ids),
+        "tensor_names": tuple(str(r) for r in tensor_ids),      # by tensor id (for SFB and reports)
         "device_types": types,
     }
     if comm is not None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.simplify import training_ops
-from tag_tf.compiler.placement import mp_partition
+from tag_tf.compiler.placement import ColocationSets, duplicated_ops, mp_partition
 from tag_tf.errors import StrategyError
 from tag_tf.sim.calibration import member_counts, resolve as resolve_calibration
 from tag_tf.sim.prepare import device_types, prepare
@@ -84,6 +84,7 @@ class Simulator:
         self._native = _simcore.Simulator(self.prepared)
         self._mp_cache: dict[tuple[int, int], dict[str, int]] = {}
         self._op_index = {n: i for i, n in enumerate(analysis.planning.ops)}
+        self._coloc_sets = None
         D = topology.num_devices
         self._num_devices = D
         self._link_names = self.prepared["link_names"]
@@ -114,6 +115,12 @@ class Simulator:
                               comm=self._comm, calibration=self.calibration)
             self._regrouped[key] = other
         return self._regrouped[key]
+
+    @property
+    def _coloc(self) -> ColocationSets:
+        if self._coloc_sets is None:
+            self._coloc_sets = ColocationSets(self.analysis)
+        return self._coloc_sets
 
     @property
     def calibration_name(self) -> str:
@@ -162,8 +169,13 @@ class Simulator:
                 for op, part in self._mp_cache[key].items():
                     mp[self._op_index[op]] = part
         shares = None if strategy.shares is None else np.asarray(strategy.shares, dtype=np.float64)
+        dup = None
+        if strategy.sfb:
+            dup = np.zeros(len(self._op_index), dtype=np.uint8)
+            for op in duplicated_ops(self.analysis, strategy, self._coloc):
+                dup[self._op_index[op]] = 1
         return (ptr, np.asarray(devs, dtype=np.int32), options, shares, mp, int(strategy.fusion_bytes or 0),
-                bool(strategy.sync_after_backward))
+                bool(strategy.sync_after_backward), dup)
 
     def simulate(self, strategy: Strategy, *, detail: bool = False) -> SimReport:
         if strategy.op_groups is not None and tuple(strategy.op_groups) != self._own_groups:

@@ -69,8 +69,34 @@ def test_plan_then_simulate_the_plan(capsys, tmp_path):
     assert code == 0 and sim["iteration_time_s"] == pytest.approx(out["iteration_time_s"])
     for key in ("baselines_s", "best_baseline", "speedup_over_best_baseline", "lower_bound_s"):
         assert key in out
-    assert set(out["baselines_s"]) == {"dp", "dp-p", "horovod", "horovod-p", "heterog"}
+    assert set(out["baselines_s"]) == {"dp", "dp-p", "horovod", "horovod-p", "heterog", "dp+sfb", "dp-p+sfb",
+                                       "horovod+sfb", "horovod-p+sfb"}
     assert out["iteration_time_s"] <= min(out["baselines_s"].values()) and 0 < sim["lower_bound_s"]
+
+
+def test_plan_with_and_without_sfb(capsys, tmp_path):
+    """SFB after the search: the plan JSON lists each duplicated gradient's ops and predicted saving,
+    the solver's time per gradient, and `dp+sfb` as a baseline; --no-sfb leaves the plan alone."""
+    topo = tmp_path / "two.json"
+    topo.write_text(json.dumps({"machines": [{"name": "a", "gpus": "1x V100-32GB"}, {"name": "b", "gpus": "1x V100-32GB"}],
+                                "inter": {"switch": "10Gbps"}}))
+    args = ("plan", "--model", "transformer", "--tiny", "--batch", "4", "--topology", str(topo), "--iterations", "30",
+            "--budget", "20", "--json")
+    code, on, err = run_json(capsys, *args)
+    assert code == 0, err
+    sfb = on["sfb"]
+    assert sfb["enabled"] and sfb["solver"] == "SCIP" and sfb["kept"] <= sfb["proposed"] <= sfb["gradients"]
+    assert sfb["after_s"] <= sfb["before_s"] and on["iteration_time_s"] == pytest.approx(sfb["after_s"])
+    assert len(on["strategy"].get("sfb", [])) == sfb["kept"] and "solve_ms_per_gradient" in sfb
+    assert on["baselines_s"]["dp+sfb"] < on["baselines_s"]["dp"]      # small batch, slow link: factors win
+    code, dp_sfb, _ = run_json(capsys, "simulate", "--model", "transformer", "--tiny", "--batch", "4", "--topology",
+                               str(topo), "--strategy", "dp+sfb", "--json")
+    assert dp_sfb["iteration_time_s"] == pytest.approx(on["baselines_s"]["dp+sfb"])
+    cut = dp_sfb["sfb"][0]
+    assert cut["ops"] and cut["gradient"].endswith(":0") and cut["saving_s"] > 0
+    code, off, _ = run_json(capsys, *args, "--no-sfb")
+    assert code == 0 and off["sfb"] == {"enabled": False} and "sfb" not in off["strategy"]
+    assert not [k for k in off["baselines_s"] if k.endswith("+sfb")]
 
 
 def test_simulate_baselines_and_fusion_caps(capsys):

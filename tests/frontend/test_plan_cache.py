@@ -38,3 +38,31 @@ def test_profile_db_lives_in_the_cache_dir(tmp_path, monkeypatch):
     assert ProfileDB().path == os.path.join(str(tmp_path), "profiles")
     monkeypatch.delenv("TAG_TF_CACHE_DIR")
     assert default_db_path() == os.path.join(os.path.expanduser("~"), ".cache", "tag_tf", "profiles")
+
+
+def test_sfb_requests_are_planned_cached_and_checked(tmp_path):
+    """"dp+sfb" resolves to DP with the cuts that simulate faster, from the cache the second time;
+    an "auto" plan without SFB is another cache entry; a cached plan whose SFB ops no longer fit the
+    graph is planned again."""
+    import json
+
+    from tag_tf.frontend.planning import resolve_strategy
+    from tag_tf.topology.load import load_topology
+
+    _, a = analysis_of("transformer", batch_size=4)
+    topo = load_topology({"name": "2x1", "machines": [{"name": "a", "gpus": "1x V100-32GB"},
+                                                       {"name": "b", "gpus": "1x V100-32GB"}],
+                          "inter": {"switch": "10Gbps"}})
+    first = resolve_strategy(a, topo, "dp+sfb", cache_dir=str(tmp_path))
+    assert first.strategy.name == "dp+sfb" and first.strategy.sfb and not first.cache_hit
+    again = resolve_strategy(a, topo, "dp+sfb", cache_dir=str(tmp_path))
+    assert again.cache_hit and again.strategy == first.strategy
+    entry = json.loads(open(first.cache_path).read())
+    entry["strategy"]["sfb"][0]["ops"] = ["no/such/op"]
+    with open(first.cache_path, "w") as f:
+        json.dump(entry, f)
+    replanned = resolve_strategy(a, topo, "dp+sfb", cache_dir=str(tmp_path))
+    assert not replanned.cache_hit and replanned.strategy == first.strategy
+    on = resolve_strategy(a, topo, "auto", cache_dir=str(tmp_path), budget_s=2)
+    off = resolve_strategy(a, topo, "auto", cache_dir=str(tmp_path), budget_s=2, sfb=False)
+    assert on.cache_path != off.cache_path and not off.strategy.sfb

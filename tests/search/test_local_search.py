@@ -80,7 +80,8 @@ def test_search_starts_from_a_smaller_device_set_when_dp_cannot_run(capsys, tmp_
                  "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and set(out["baselines_s"].values()) == {None} and out["speedup_over_dp"] is None
-    assert set(out["baselines_s"]) == {"dp", "dp-p", "horovod", "horovod-p", "heterog"} and out["lower_bound_s"] > 0
+    assert set(out["baselines_s"]) == {"dp", "dp-p", "horovod", "horovod-p", "heterog", "dp+sfb", "dp-p+sfb",
+                                       "horovod+sfb", "horovod-p+sfb"} and out["lower_bound_s"] > 0
     assert out["iteration_time_s"] > 0
     # Nothing fits 1 KiB GPUs: one clear line, non-zero exit.
     tiny = tmp_path / "tiny.json"

@@ -52,7 +52,7 @@ def run(args) -> int:
                        title=f"{loaded.source} on {topology.name}, {args.strategy} (simulated)")
     out = {"model": loaded.source, "topology": topology.name, "calibration": sim.calibration_name, "strategy": args.strategy, "simulated": True,
            **report.to_dict(), "lower_bound_s": sim.lower_bound_s(), "fusion_bytes": strategy.fusion_bytes,
-           "sync_after_backward": strategy.sync_after_backward,
+           "sync_after_backward": strategy.sync_after_backward, "sfb": [c.to_dict() for c in strategy.sfb],
            "costs": dict(sim.costs.source), "cost_sources": dict(sim.costs.source), "profiles": dict(costs.files) if costs else {}, "timers": ctx.timing_report()}
     if args.json:
         json.dump(out, sys.stdout)
@@ -64,4 +64,7 @@ def run(args) -> int:
     peak = ", ".join(f"{p / 2**30:.2f}" for p in report.peak_memory_bytes)
     print(f"peak memory per device (GiB): {peak}" + ("  OOM on devices " + str(list(report.oom_devices)) if report.oom else ""))
     print("op times: " + "; ".join(f"{k}: {v}" for k, v in sim.costs.source.items()))
+    if strategy.sfb:
+        print(f"sufficient factor broadcasting: {len(strategy.sfb)} gradients rebuilt on every device "
+              f"({len(strategy.duplicated_ops)} duplicated ops) instead of synchronised")
     return 0

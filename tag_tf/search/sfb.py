@@ -1,0 +1,389 @@
+"""Sufficient factor broadcasting (paper: "Sufficient Factor Broadcasting"): which gradients of a
+replicated plan to rebuild on every device from their factors instead of synchronising them.
+
+A gradient g of a group replicated on D devices is normally a partial sum per replica, summed by an
+AllReduce or on a parameter server. It can instead be computed whole on every device: the ops that
+produce it run duplicated (the whole batch each) and their inputs from the replicated part -- the
+sufficient factors, e.g. a dense layer's activations x and errors dy for dW = x^T dy -- are gathered
+to every device. Whether that pays depends on sizes (factors grow with the batch, the gradient does
+not), D, the links and the extra compute; which ops to duplicate is a cut. Per gradient we solve
+the paper's MILP over its candidate subgraph V with SCIP:
+
+    min  sum_i a_i X_i  +  sum_t b_t C_t  -  a_g S
+    s.t. a_k <= sum_{i in V consuming k} a_i     (k in V, k != g: only what feeds the gradient)
+         b_t >= a_i - a_p(t)                      (tensor t of producer p consumed by duplicated i)
+         a, b binary
+
+X_i: extra compute of running op i on the whole batch rather than its shard (the slowest device
+of the group); C_t: gathering tensor t to every device (a split value: each device receives the
+other shards; a value every replica already holds: free; a partial sum is never cut -- see
+`tensor_cost`); S: the
+synchronisation of g the duplication removes (ring AllReduce, or the partial sums sent to a PS).
+Times come from the simulator's own (calibrated) op costs and links. The paper counts D(D-1)
+transfers per factor and (D-1) T_i; we use the per-device receive volume and the measured per-
+sample costs -- the same quantities, per device rather than summed.
+
+V is the gradient's private backward cone: ancestors of g in the same replicated layout whose every
+consumer is in V (an op whose value is also needed elsewhere stays replicated: duplicating it would
+make its other consumers split a whole value again), never an input or an op beside a variable.
+
+`apply_sfb` then checks the solver's cuts in the simulator, which also sees fusion buckets, link
+contention and overlap the MILP cannot: cuts are kept only when the plan simulates faster, so
+applying SFB never makes a plan slower in simulation.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from tag_tf.sim.prepare import SOURCE, STATE_CODE, VARIABLE_SIDE
+from tag_tf.analysis.states import Kind
+from tag_tf.strategy import Option, SfbCut, Strategy, split_counts
+
+FULL, SPLIT, PARTIAL = STATE_CODE[Kind.FULL], STATE_CODE[Kind.SPLIT], STATE_CODE[Kind.PARTIAL]
+MAX_CONE = 200            # candidate ops per gradient (the cone is cut off beyond, nearest first)
+
+
+@dataclasses.dataclass(frozen=True)
+class SfbProblem:
+    """One gradient of a replicated group and the ops that could be duplicated to rebuild it."""
+    gradient: str                  # tensor name
+    producer: int                  # planned op index of g
+    cone: tuple[int, ...]          # candidate planned ops (g first)
+    group: int
+    devices: tuple[int, ...]
+    option: Option
+    nbytes: int                    # the gradient's size
+
+
+@dataclasses.dataclass(frozen=True)
+class SfbSolution:
+    problem: SfbProblem
+    ops: tuple[int, ...]           # planned ops to duplicate (empty: keep the synchronisation)
+    objective_s: float             # MILP objective (negative: a predicted saving)
+    solve_s: float                 # wall time of building and solving the MILP
+    status: str                    # SCIP's status ("optimal", "timelimit", ...)
+    num_vars: int
+    num_conss: int
+    gathers: frozenset[int] = frozenset()   # tensor ids the cut gathers to every device
+
+
+@dataclasses.dataclass(frozen=True)
+class SfbOutcome:
+    """`apply_sfb`'s answer: the plan with the cuts that simulate faster, and how it got there."""
+    strategy: Strategy
+    before_s: float                # simulated iteration time without SFB
+    after_s: float                 # with the kept cuts (== before_s when none is kept)
+    solutions: tuple[SfbSolution, ...]
+    proposed: int                  # cuts with a predicted saving
+    kept: int
+    simulations: int
+    solve_s: float                 # all MILPs
+    total_s: float                 # MILPs + simulations
+
+    def to_dict(self, op_names: Sequence[str] = ()) -> dict[str, Any]:
+        times = [s.solve_s for s in self.solutions]
+        return {"before_s": self.before_s, "after_s": self.after_s,
+                "saving_s": self.before_s - self.after_s, "gradients": len(self.solutions),
+                "proposed": self.proposed, "kept": self.kept, "simulations": self.simulations,
+                "solver": "SCIP", "solve_s": round(self.solve_s, 4), "total_s": round(self.total_s, 4),
+                "solve_ms_per_gradient": {"mean": round(1e3 * float(np.mean(times)), 3) if times else 0.0,
+                                          "max": round(1e3 * float(np.max(times)), 3) if times else 0.0},
+                "cuts": [c.to_dict() for c in self.strategy.sfb]}
+
+
+class SfbSolver:
+    """The SFB MILPs of one simulator's graph, costs and cluster (any plan)."""
+
+    def __init__(self, sim: Any, time_limit_s: float = 1.0, max_cone: int = MAX_CONE):
+        self.sim = sim
+        self.time_limit_s = time_limit_s
+        self.max_cone = max_cone
+        p = sim.prepared
+
+        self.n = int(p["num_ops"])
+        self.D = int(p["num_devices"])
+        self.batch = int(p["batch"])
+        self.names = sim.analysis.planning.ops
+        self.flags = np.asarray(p["op_flags"])
+        self.group = np.asarray(p["op_group"])
+        self.per_sample = np.asarray(p["op_per_sample"], dtype=np.float64).reshape(-1, self.n)
+        self.dev_type = np.asarray(p["dev_type"])
+        self.bw = np.asarray(p["link_bw"], dtype=np.float64).reshape(self.D, self.D)
+        self.lat = np.asarray(p["link_lat"], dtype=np.float64).reshape(self.D, self.D)
+        src, dst = np.asarray(p["e_src"]), np.asarray(p["e_dst"])
+        self.e_src, self.e_dst, self.e_tensor = src, dst, np.asarray(p["e_tensor"])
+        self.e_bytes = np.asarray(p["e_bytes"], dtype=np.int64)
+        self.e_state, self.e_need = np.asarray(p["e_state"]), np.asarray(p["e_need"])
+        self.tensor_names = p["tensor_names"]
+        self.t_bytes = np.asarray(p["t_bytes"], dtype=np.int64)
+        self.in_edges: list[list[int]] = [[] for _ in range(self.n)]
+        self.out_edges: list[list[int]] = [[] for _ in range(self.n)]
+        self.consumers: list[set[int]] = [set() for _ in range(self.n)]
+        for e in range(len(src)):
+            self.in_edges[int(dst[e])].append(e)
+            self.out_edges[int(src[e])].append(e)
+            self.consumers[int(src[e])].add(int(dst[e]))
+
+    # -- the problems -----------------------------------------------------------------------
+    def problems(self, strategy: Strategy) -> list[SfbProblem]:
+        """One per op of a replicated group (AllReduce or PS) whose output is a partial sum that
+        is synchronised (AllReduce, or summed on one device) because every consumer needs it whole:
+        a weight gradient fed to its update, or to the AddN that adds weight decay first. Ops
+        whose other outputs stay split (FusedBatchNormGrad: the input gradient) are left alone:
+        duplicated, they would have to split a whole value again."""
+        out: list[SfbProblem] = []
+        for g in range(self.n):
+            edges = self.out_edges[g]
+            partial = [e for e in edges if self.e_state[e] == PARTIAL]
+            if not partial or self.flags[g] & (SOURCE | VARIABLE_SIDE):
+                continue
+            plan = strategy.groups[int(self.group[g])]
+            if not self._replicated(plan) or any(self.e_need[e] != FULL for e in edges):
+                continue
+            tensors = dict.fromkeys(int(self.e_tensor[e]) for e in partial)
+            nbytes = sum(int(self.t_bytes[t]) for t in tensors)
+            out.append(SfbProblem(self.tensor_names[next(iter(tensors))], g, self._cone(g, strategy, plan),
+                                  int(self.group[g]), plan.devices, plan.option, nbytes))
+        return out
+
+    @staticmethod
+    def _replicated(plan: Any) -> bool:
+        return len(plan.devices) > 1 and plan.option in (Option.ALLREDUCE, Option.PS)
+
+    def _same_layout(self, op: int, strategy: Strategy, plan: Any) -> bool:
+        other = strategy.groups[int(self.group[op])]
+        return other.devices == plan.devices and other.option is plan.option
+
+    def _cone(self, g: int, strategy: Strategy, plan: Any) -> tuple[int, ...]:
+        """g and its ancestors in the same layout, nearest first, kept only while private to g."""
+        order, seen, frontier = [g], {g}, [g]
+        while frontier and len(order) < self.max_cone:
+            nxt = []
+            for op in frontier:
+                for e in self.in_edges[op]:
+                    p = int(self.e_src[e])
+                    if p in seen or self.flags[p] & (SOURCE | VARIABLE_SIDE):
+                        continue
+                    if not self._same_layout(p, strategy, plan):
+                        continue
+                    seen.add(p)
+                    order.append(p)
+                    nxt.append(p)
+                    if len(order) >= self.max_cone:
+                        break
+            frontier = nxt
+        cone = set(order)
+        changed = True
+        while changed:          # private: every consumer inside (g's consumers are its updates)
+            changed = False
+            for op in list(cone):
+                if op != g and not self.consumers[op] <= cone:
+                    cone.discard(op)
+                    changed = True
+        return tuple(op for op in order if op in cone)
+
+    # -- costs (seconds) ----------------------------------------------------------------------
+    def _counts(self, strategy: Strategy, devices: Sequence[int]) -> tuple[int, ...]:
+        return split_counts(self.batch, strategy.share_weights(devices))
+
+    def extra_compute(self, op: int, devices: Sequence[int], counts: Sequence[int]) -> float:
+        return max(self.per_sample[self.dev_type[d], op] * (self.batch - c) for d, c in zip(devices, counts))
+
+    def gather(self, nbytes: float, devices: Sequence[int], counts: Sequence[int]) -> float:
+        """Every device receives the other replicas' shards of a split tensor (one after another)."""
+        worst = 0.0
+        for d in devices:
+            t = sum(self.lat[k, d] + nbytes * c / self.batch / self.bw[k, d]
+                    for k, c in zip(devices, counts) if k != d)
+            worst = max(worst, t)
+        return worst
+
+    def all_reduce(self, nbytes: float, devices: Sequence[int], fused: bool) -> float:
+        """Ring AllReduce: 2(D-1) steps of nbytes/D over the slowest link of the ring."""
+        D = len(devices)
+        devs = np.asarray(devices)
+        sub_bw = self.bw[np.ix_(devs, devs)][~np.eye(D, dtype=bool)]
+        sub_lat = self.lat[np.ix_(devs, devs)][~np.eye(D, dtype=bool)]
+        latency = 0.0 if fused else 2 * (D - 1) * float(sub_lat.max())
+        return 2 * (D - 1) * nbytes / D / float(sub_bw.min()) + latency
+
+    def ps_sync(self, nbytes: float, devices: Sequence[int]) -> float:
+        """Partial sums sent to the parameter server (mean over which replica hosts it)."""
+        return float(np.mean([sum(self.lat[k, ps] + nbytes / self.bw[k, ps] for k in devices if k != ps)
+                              for ps in devices]))
+
+    def tensor_cost(self, e: int, strategy: Strategy, producer_in_layout: bool, devices: Sequence[int],
+                    counts: Sequence[int], fused: bool) -> float:
+        """Making edge e's tensor whole on every device of the group (inf: not a cut we make)."""
+        nbytes = float(self.e_bytes[e])
+        producer = int(self.e_src[e])
+        if (self.e_state[e] == PARTIAL and not self.flags[producer] & SOURCE
+                and self._replicated(strategy.groups[int(self.group[producer])])):
+            # A partial sum would be synchronised where it is cut: the same traffic as the gradient,
+            # but mid-way through the backward pass, which then waits for it (TF's gradient tuples
+            # make the rest of the backward pass depend on every gradient of a layer).
+            return math.inf
+        state = int(self.e_state[e]) if producer_in_layout else SPLIT
+        if state == SPLIT:
+            return self.gather(nbytes, devices, counts)
+        return 0.0          # FULL on every replica already, or LOCAL (recomputed, free)
+
+    # -- the MILP -------------------------------------------------------------------------------
+    def solve(self, problem: SfbProblem, strategy: Strategy, gathered: frozenset[int] = frozenset()) -> SfbSolution:
+        """`gathered`: tensor ids other cuts already gather to every device (free here: the
+        compiler gathers a tensor once per device, whoever consumes it)."""
+        from pyscipopt import Model, quicksum
+
+        start = time.perf_counter()
+        devices = problem.devices
+        counts = self._counts(strategy, devices)
+        fused = bool(strategy.fusion_bytes)
+        plan = strategy.groups[problem.group]
+        cone = problem.cone
+        inside = set(cone)
+        model = Model(f"sfb:{problem.gradient}")
+        model.hideOutput()
+        model.setParam("limits/time", self.time_limit_s)
+        alpha = {i: model.addVar(f"a{i}", vtype="B") for i in cone}
+        cut: dict[int, Any] = {}         # per tensor id entering a cone op
+        cut_cost: dict[int, float] = {}
+        objective = []
+        for i in cone:
+            objective.append(self.extra_compute(i, devices, counts) * alpha[i])
+            for e in self.in_edges[i]:
+                p, t = int(self.e_src[e]), int(self.e_tensor[e])
+                if t not in cut:
+                    in_layout = p in inside or self._same_layout(p, strategy, plan)
+                    cost = 0.0 if t in gathered else self.tensor_cost(e, strategy, in_layout, devices, counts, fused)
+                    cut[t] = model.addVar(f"b{t}", vtype="B", ub=0.0 if math.isinf(cost) else 1.0)
+                    cut_cost[t] = 0.0 if math.isinf(cost) else cost
+                    objective.append(cut_cost[t] * cut[t])
+                if p in inside:
+                    model.addCons(cut[t] >= alpha[i] - alpha[p])
+                else:
+                    model.addCons(cut[t] >= alpha[i])
+        for k in cone[1:]:
+            model.addCons(alpha[k] <= quicksum(alpha[i] for i in self.consumers[k] if i in inside))
+        g = problem.producer
+        saving = (self.all_reduce(problem.nbytes, devices, fused) if problem.option is Option.ALLREDUCE
+                  else self.ps_sync(problem.nbytes, devices))
+        objective.append(-saving * alpha[g])
+        model.setObjective(quicksum(objective), "minimize")
+        model.optimize()
+        status = model.getStatus()
+        chosen: tuple[int, ...] = ()
+        value = 0.0
+        if model.getNSols() > 0:
+            sol = model.getBestSol()
+            value = float(model.getSolObjVal(sol))
+            if value < -1e-12:
+                chosen = tuple(i for i in cone if model.getSolVal(sol, alpha[i]) > 0.5)
+        solution = SfbSolution(problem, chosen, value if chosen else 0.0, time.perf_counter() - start, status,
+                               model.getNVars(), model.getNConss(), self._gathers(chosen))
+        model.freeProb()
+        return solution
+
+    def _gathers(self, chosen: Sequence[int]) -> frozenset[int]:
+        """Tensors a cut makes whole on every device: inputs of duplicated ops from ops that are not."""
+        dup = set(chosen)
+        return frozenset(int(self.e_tensor[e]) for i in chosen for e in self.in_edges[i]
+                         if int(self.e_src[e]) not in dup)
+
+    def solve_all(self, strategy: Strategy, rounds: int = 3) -> list[SfbSolution]:
+        """Every gradient's MILP; then, while that changes anything, again for the gradients left
+        synchronised, with the factors the chosen cuts already gather counted as free (a dense
+        layer's bias gradient is cheap to rebuild once its weight gradient gathers the errors)."""
+        problems = self.problems(strategy)
+        solutions = [self.solve(p, strategy) for p in problems]
+        for _ in range(rounds - 1):
+            gathered = frozenset().union(*(s.gathers for s in solutions if s.ops))
+            changed = False
+            for k, s in enumerate(solutions):
+                if s.ops:
+                    continue
+                again = self.solve(s.problem, strategy, gathered)
+                again = dataclasses.replace(again, solve_s=again.solve_s + s.solve_s)
+                solutions[k] = again
+                changed |= bool(again.ops)
+            if not changed:
+                break
+        return solutions
+
+    def cut_of(self, solution: SfbSolution) -> SfbCut:
+        return SfbCut(solution.problem.gradient, tuple(self.names[i] for i in solution.ops),
+                      round(-solution.objective_s, 9))
+
+
+def apply_sfb(sim: Any, strategy: Strategy, *, time_limit_s: float = 1.0, max_simulations: int = 64) -> SfbOutcome:
+    """`strategy` with the SFB cuts that make it simulate faster (none when none does)."""
+    start = time.perf_counter()
+    base = strategy.with_sfb(())
+    sim = sim.for_strategy(base)
+    solver = SfbSolver(sim, time_limit_s)
+    solutions = tuple(solver.solve_all(base))
+    solve_s = sum(s.solve_s for s in solutions)
+    proposed = sorted((s for s in solutions if s.ops), key=lambda s: s.objective_s)
+    cuts = [solver.cut_of(s) for s in proposed]
+    before = sim.simulate(base).iteration_time_s
+    best, kept, sims = before, [], 1
+    if cuts:
+        everything = sim.simulate(base.with_sfb(cuts))
+        sims += 1
+        if not everything.oom and everything.iteration_time_s < before:
+            best, kept = everything.iteration_time_s, cuts
+        else:                        # one by one, largest predicted saving first, kept when faster
+            for cut in cuts:
+                if sims >= max_simulations:
+                    break
+                trial = sim.simulate(base.with_sfb([*kept, cut]))
+                sims += 1
+                if not trial.oom and trial.iteration_time_s < best:
+                    best, kept = trial.iteration_time_s, [*kept, cut]
+    return SfbOutcome(base.with_sfb(kept), before, best, solutions, len(cuts), len(kept), sims, solve_s,
+                      time.perf_counter() - start)
+
+
+def duplicated_op_types(analysis: Any, strategy: Strategy) -> dict[str, int]:
+    """How many ops of each type the plan's SFB cuts duplicate (members of planned ops included)."""
+    members = analysis.planning.members()
+    counts: dict[str, int] = {}
+    for op in strategy.duplicated_ops:
+        for m in members.get(op, [op]):
+            t = analysis.graph.op(m).type
+            if t in ("Const", "Identity", "NoOp"):
+                continue
+            counts[t] = counts.get(t, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def with_sfb(sim: Any, topology: Any, result: Any, *, time_limit_s: float = 1.0) -> tuple[Any, SfbOutcome]:
+    """A search result (MCTS or local) with SFB applied to its plan, and each fixed baseline with
+    SFB among its baselines ("dp+sfb", ...). The search did not know SFB: where a baseline with
+    SFB simulates faster than the plan with SFB (typically DP whose large gradients SFB rebuilds
+    from small factors, where the search had avoided replicating them), that is the plan."""
+    from tag_tf.search.baselines import BASELINES, baseline
+
+    outcome = apply_sfb(sim, result.strategy, time_limit_s=time_limit_s)
+    baselines = dict(result.baselines)
+    best, best_name = outcome, None
+    for name in BASELINES:
+        if not np.isfinite(result.baselines.get(name, np.inf)):
+            baselines[name + "+sfb"] = np.inf
+            continue
+        other = apply_sfb(sim, baseline(name, sim.num_groups, topology), time_limit_s=time_limit_s)
+        baselines[name + "+sfb"] = other.after_s
+        if other.after_s < best.after_s:
+            best, best_name = other, name + "+sfb"
+    changes: dict[str, Any] = {}
+    strategy = best.strategy
+    if best_name is not None:
+        strategy = dataclasses.replace(strategy, name=best_name)
+        if hasattr(result, "fell_back"):
+            changes["fell_back"] = True
+    return dataclasses.replace(result, strategy=strategy, iteration_time_s=best.after_s, baselines=baselines,
+                               **changes), best

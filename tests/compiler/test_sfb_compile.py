@@ -1,0 +1,178 @@
+"""Sufficient factor broadcasting in the compiler and the simulator: duplicated gradient subgraphs
+train exactly like the original, and the native expander inserts the same conversions."""
+from __future__ import annotations
+
+import functools
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from conftest import analysis_of, batches
+from tag_tf.compiler import DeviceMap, compile_strategy
+from tag_tf.context import PassContext
+from tag_tf.errors import StrategyError
+from tag_tf.runtime.equivalence import check_equivalence, noise_floor, run_original
+from tag_tf.search.baselines import random_strategy
+from tag_tf.search.sfb import SfbSolver, duplicated_op_types
+from tag_tf.sim.simulator import Simulator
+from tag_tf.strategy import Option, SfbCut, Strategy
+from tag_tf.topology.load import load_topology
+
+STEPS = 3
+KEYS = ("split", "concat", "addn", "allreduce", "allreduce_tensors", "zeros")
+
+
+def whole_cones(a, strategy: Strategy, devices: int) -> list[SfbCut]:
+    """Every gradient's whole candidate subgraph duplicated (more than the MILP would pick: the
+    compiler must be exact for any cut)."""
+    solver = SfbSolver(Simulator(a, load_topology(f"local:{devices}")))
+    return [SfbCut(p.gradient, tuple(a.planning.ops[i] for i in p.cone)) for p in solver.problems(strategy)]
+
+
+def duplicated_types(a, strategy: Strategy) -> Counter:
+    return Counter(duplicated_op_types(a, strategy))
+
+
+def check(a, model_feeds, strategy: Strategy, devices: int):
+    original = run_original(a, model_feeds, STEPS)
+    compiled = compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(devices), check=True)
+    result = check_equivalence(a, compiled, model_feeds, STEPS, original=original,
+                               floor=noise_floor(a, original, model_feeds))
+    assert result.ok, (result.max_rel_diff, sorted(result.per_variable.items(), key=lambda kv: -kv[1])[:3])
+    assert result.copies_max_diff < 1e-6
+    report = Simulator(a, load_topology(f"local:{devices}")).simulate(strategy)
+    assert {k: report.conversions[k] for k in KEYS} == {k: compiled.stats[k] for k in KEYS}
+    return compiled
+
+
+@pytest.mark.parametrize("name, option, kind", [
+    ("mlp", Option.ALLREDUCE, "MatMul"),                  # dense weight gradient: x^T dy
+    ("mlp", Option.PS, "MatMul"),                         # the update on a parameter server
+    ("cnn", Option.ALLREDUCE, "Conv2DBackpropFilter"),
+    ("transformer", Option.ALLREDUCE, "Reshape"),         # 3-D dense layers: reshape chains
+])
+def test_duplicated_gradients_are_exact(name, option, kind):
+    model, a = analysis_of(name)
+    dp = Strategy.uniform(len(a.grouping.groups), (0, 1, 2), option, shares=(1.0, 2.0, 1.0))
+    sfb = dp.with_sfb(whole_cones(a, dp, 3))
+    assert duplicated_types(a, sfb)[kind] >= 1
+    compiled = check(a, batches(model, STEPS), sfb, 3)
+    plain = compile_strategy(PassContext(), a, dp, DeviceMap.local_cpus(3))
+    # Gathered factors instead of synchronised gradients.
+    assert compiled.stats["concat"] > plain.stats["concat"]
+    assert compiled.stats["allreduce_tensors"] + compiled.stats["addn_tensors"] < \
+        plain.stats["allreduce_tensors"] + plain.stats["addn_tensors"]
+
+
+def test_embedding_gradients_dense_and_sparse():
+    for kw in ({}, {"sparse_grads": True}):
+        model, a = analysis_of("bert-small", **kw)
+        dp = Strategy.uniform(len(a.grouping.groups), (0, 1), Option.ALLREDUCE)
+        sfb = dp.with_sfb(whole_cones(a, dp, 2))
+        assert duplicated_types(a, sfb)["UnsortedSegmentSum"] >= 1, kw
+        check(a, batches(model, STEPS), sfb, 2)
+
+
+def transpose_net(batch: int):
+    """A tensordot with a weight stored flat (its gradient: MatMul then Reshape) and a matmul with a
+    transposed weight (MatMul then Transpose)."""
+    import tensorflow as tf
+
+    from tag_tf.ir import from_graph_def
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [batch, 5, 6], name="x")
+        y = tf.compat.v1.placeholder(tf.int32, [batch, 5], name="y")
+        init = tf.compat.v1.glorot_uniform_initializer(seed=4)
+        w1 = tf.compat.v1.get_variable("w1", [48], initializer=tf.compat.v1.random_normal_initializer(seed=4),
+                                       use_resource=True)
+        w2 = tf.compat.v1.get_variable("w2", [3, 8], initializer=init, use_resource=True)
+        h = tf.nn.tanh(tf.tensordot(x, tf.reshape(w1, [6, 8]), [[2], [0]]))
+        logits = tf.matmul(tf.reshape(h, [batch * 5, 8]), tf.transpose(w2))
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.reshape(y, [-1]),
+                                                                             logits=logits), name="loss")
+        tf.compat.v1.train.GradientDescentOptimizer(0.5).minimize(loss, name="train_op")
+    return from_graph_def(g.as_graph_def())
+
+
+@functools.lru_cache(maxsize=None)
+def transpose_analysis():
+    from tag_tf.analysis import analyze
+
+    return analyze(PassContext(), transpose_net(8), rebuild=transpose_net)
+
+
+def test_reshape_transpose_chain():
+    a = transpose_analysis()
+    rng = np.random.default_rng(0)
+    data = [{"x:0": rng.normal(size=(8, 5, 6)).astype(np.float32),
+             "y:0": rng.integers(0, 3, size=(8, 5)).astype(np.int32)} for _ in range(STEPS)]
+    dp = Strategy.uniform(len(a.grouping.groups), (0, 1), Option.ALLREDUCE, fusion_bytes=2**20)
+    sfb = dp.with_sfb(whole_cones(a, dp, 2))
+    types = duplicated_types(a, sfb)
+    assert types["Transpose"] >= 1 and types["MatMul"] >= 2 and types["Reshape"] >= 1, types
+    check(a, lambda s: data[s], sfb, 2)
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
+def test_sfb_on_mixed_plans_matches_the_simulator(name):
+    """Random mixed plans (partial replication, PS, duplicate, model-parallel, fusion) with SFB on
+    whatever they replicate: compiler and expander agree; one of them also trains exactly."""
+    model, a = analysis_of(name)
+    sim = Simulator(a, load_topology("local:4"))
+    tried = []
+    for seed in range(4):
+        strategy = random_strategy(sim.num_groups, 4, np.random.default_rng(seed))
+        cuts = whole_cones(a, strategy, 4)
+        if not cuts:
+            continue
+        sfb = strategy.with_sfb(cuts)
+        report = sim.simulate(sfb)
+        compiled = compile_strategy(PassContext(), a, sfb, DeviceMap.local_cpus(4), check=True)   # a DAG
+        assert {k: report.conversions[k] for k in KEYS} == {k: compiled.stats[k] for k in KEYS}, seed
+        tried.append(sfb)
+    assert len(tried) >= 2
+    check(a, batches(model, STEPS), tried[-1], 4)
+
+
+def test_strategy_json_round_trip_and_old_files():
+    _, a = analysis_of("mlp")
+    dp = Strategy.uniform(len(a.grouping.groups), (0, 1), Option.ALLREDUCE)
+    sfb = dp.with_sfb(whole_cones(a, dp, 2))
+    again = Strategy.from_dict(json.loads(sfb.to_json()))
+    assert again == sfb and again.duplicated_ops == sfb.duplicated_ops
+    assert "sfb" not in dp.to_dict()              # plans without SFB keep their old JSON and fingerprint
+    old = {k: v for k, v in sfb.to_dict().items() if k != "sfb"}
+    assert Strategy.from_dict(old).sfb == ()
+    bad = sfb.to_dict()
+    bad["sfb"][0]["ops"] = []
+    with pytest.raises(StrategyError, match=r"sfb\[0\].*'ops'"):
+        Strategy.from_dict(bad)
+    bad["sfb"] = [{"gradient": "g:0", "ops": ["a"]}, {"gradient": "h:0", "ops": ["a"]}]
+    with pytest.raises(StrategyError, match="'a' is duplicated for two gradients"):
+        Strategy.from_dict(bad)
+
+
+def test_cuts_that_cannot_run_are_refused_with_the_op_named():
+    _, a = analysis_of("mlp")
+    G = len(a.grouping.groups)
+    dp = Strategy.uniform(G, (0, 1), Option.ALLREDUCE)
+    cut = whole_cones(a, dp, 2)[0]
+    op = cut.ops[0]
+    sim = Simulator(a, load_topology("local:2"))
+    cases = {
+        "not a planned op": dp.with_sfb([SfbCut(cut.gradient, ("no/such/op",))]),
+        "runs allreduce on 1 device": Strategy.uniform(G, (0,), Option.ALLREDUCE).with_sfb([cut]),
+        "runs duplicate on 2": Strategy.uniform(G, (0, 1), Option.DUPLICATE).with_sfb([cut]),
+        "input of the step": dp.with_sfb([SfbCut("x", (a.graph.meta.feeds[0].split(":")[0],))]),
+        "colocated with a variable": dp.with_sfb([SfbCut("v", (next(iter(a.graph.variables)),))]),
+    }
+    for message, strategy in cases.items():
+        with pytest.raises(StrategyError, match=message):
+            compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(2))
+        with pytest.raises(StrategyError, match=message):
+            sim.simulate(strategy)
+    assert op in dp.with_sfb([cut]).duplicated_ops

@@ -1,0 +1,126 @@
+"""The SFB solver: SCIP's cuts are the MILP's optimum, follow the batch size the way the paper says,
+and `apply_sfb` never makes a plan slower in simulation."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from conftest import analysis_of
+from tag_tf.compiler import DeviceMap, compile_strategy
+from tag_tf.context import PassContext
+from tag_tf.search.baselines import baseline, random_strategy
+from tag_tf.search.sfb import SfbSolver, apply_sfb, duplicated_op_types
+from tag_tf.sim.simulator import Simulator
+from tag_tf.strategy import Option, Strategy
+from tag_tf.topology.load import load_topology
+
+TWO_MACHINES = {"name": "2x1", "machines": [{"name": "a", "gpus": "1x V100-32GB"},
+                                             {"name": "b", "gpus": "1x V100-32GB"}], "inter": {"switch": "10Gbps"}}
+
+
+def brute_force(S: SfbSolver, problem, strategy: Strategy, gathered=frozenset()) -> float:
+    """The MILP's optimum by enumerating every feasible duplication set of a small cone."""
+    cone = problem.cone
+    counts = S._counts(strategy, problem.devices)
+    plan = strategy.groups[problem.group]
+    fused = bool(strategy.fusion_bytes)
+    saving = (S.all_reduce(problem.nbytes, problem.devices, fused) if problem.option is Option.ALLREDUCE
+              else S.ps_sync(problem.nbytes, problem.devices))
+    best = 0.0
+    for bits in itertools.product((0, 1), repeat=len(cone)):
+        dup = {op for op, b in zip(cone, bits) if b}
+        if any(k in dup and not (S.consumers[k] & dup) for k in cone[1:]):
+            continue                                  # feeds no duplicated op: not part of the cut
+        value = sum(S.extra_compute(i, problem.devices, counts) for i in dup)
+        paid = set()
+        for i in dup:
+            for e in S.in_edges[i]:
+                p, t = int(S.e_src[e]), int(S.e_tensor[e])
+                if p in dup or t in paid:
+                    continue
+                paid.add(t)
+                if t not in gathered:
+                    value += S.tensor_cost(e, strategy, p in set(cone) or S._same_layout(p, strategy, plan),
+                                           problem.devices, counts, fused)
+        if cone[0] in dup:
+            value -= saving
+        best = min(best, value)
+    return best
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_scip_finds_the_milp_optimum(name):
+    _, a = analysis_of(name, batch_size=4)
+    sim = Simulator(a, load_topology(TWO_MACHINES))
+    for strategy in (baseline("dp", sim.num_groups, sim.topology),
+                     Strategy.uniform(sim.num_groups, (0, 1), Option.PS, fusion_bytes=2**20)):
+        S = SfbSolver(sim)
+        problems = [p for p in S.problems(strategy) if len(p.cone) <= 10]
+        assert len(problems) >= 6
+        for p in problems:
+            solution = S.solve(p, strategy)
+            assert solution.status == "optimal"
+            assert solution.objective_s == pytest.approx(brute_force(S, p, strategy), abs=1e-9), p.gradient
+            assert (solution.objective_s < 0) == bool(solution.ops)
+            assert not solution.ops or p.producer in solution.ops
+
+
+def test_sufficient_factors_win_at_small_batch_and_lose_at_large():
+    """A 256x256 dense layer over 10 Gbps: at batch 4 its factors (4x256 each) are far smaller than
+    its gradient (256x256), at batch 512 far larger: the paper's "SFB is not always beneficial"."""
+    chosen = {}
+    for batch in (4, 512):
+        _, a = analysis_of("mlp", batch_size=batch, hidden=(256, 256), input_size=256)
+        sim = Simulator(a, load_topology(TWO_MACHINES))
+        dp = baseline("dp", sim.num_groups, sim.topology)
+        S = SfbSolver(sim)
+        by_grad = {s.problem.gradient: s for s in S.solve_all(dp)}
+        grad = next(g for g in by_grad if "dense_1/MatMul_grad" in g)
+        chosen[batch] = by_grad[grad]
+    small, large = chosen[4], chosen[512]
+    assert small.ops and not large.ops
+    p = small.problem
+    assert p.nbytes == 256 * 256 * 4
+    # Predicted saving at batch 4: the ring all-reduce of 256 KB minus gathering two 2 KB halves
+    # (x and dy of the other replica) and a little compute.
+    bw = 10e9 / 8
+    assert -small.objective_s == pytest.approx(2 * 1 * p.nbytes / 2 / bw, rel=0.05)
+
+
+def test_apply_sfb_never_slows_a_plan_down():
+    for name in ("mlp", "transformer", "cnn"):
+        _, a = analysis_of(name, batch_size=4)
+        sim = Simulator(a, load_topology(TWO_MACHINES))
+        plans = [baseline(b, sim.num_groups, sim.topology) for b in ("dp", "horovod", "dp-p")]
+        plans += [random_strategy(sim.num_groups, 2, np.random.default_rng(s)) for s in range(3)]
+        kept = 0
+        for plan in plans:
+            out = apply_sfb(sim, plan)
+            assert out.after_s <= out.before_s
+            assert out.after_s == pytest.approx(sim.simulate(out.strategy).iteration_time_s)
+            assert out.kept <= out.proposed <= len(out.solutions)
+            if out.kept:
+                kept += 1
+                assert out.after_s < out.before_s
+                compile_strategy(PassContext(), a, out.strategy, DeviceMap.local_cpus(2), check=True)
+            assert json.loads(json.dumps(out.to_dict()))["kept"] == out.kept
+        if name != "cnn":
+            assert kept >= 2, name
+    _, a = analysis_of("transformer", batch_size=4)
+    sim = Simulator(a, load_topology(TWO_MACHINES))
+    out = apply_sfb(sim, baseline("dp", sim.num_groups, sim.topology))
+    types = duplicated_op_types(a, out.strategy)
+    assert types.get("MatMul", 0) >= 4 and out.after_s < 0.95 * out.before_s
+
+
+def test_single_device_and_duplicate_plans_have_nothing_to_do():
+    _, a = analysis_of("mlp")
+    sim = Simulator(a, load_topology(TWO_MACHINES))
+    for plan in (Strategy.uniform(sim.num_groups, (0,), Option.ALLREDUCE),
+                 Strategy.uniform(sim.num_groups, (0, 1), Option.DUPLICATE),
+                 Strategy.uniform(sim.num_groups, (0, 1), Option.MODEL_PARALLEL)):
+        out = apply_sfb(sim, plan)
+        assert out.solutions == () and out.strategy.sfb == () and out.after_s == out.before_s
