@@ -39,3 +39,7 @@ class DeadlineExceeded(TagError):
 
 class VerificationError(TagError):
     """`verify=True`: the distributed graph does not train like the original."""
+
+
+class WeightsError(TagError):
+    """A GNN weights file that cannot be used (missing, corrupt, or for another network)."""

@@ -10,6 +10,7 @@ import dataclasses
 import enum
 import hashlib
 import json
+import math
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -92,7 +93,7 @@ class Strategy:
         """Planned ops that run duplicated on their group's devices (sufficient factor broadcasting)."""
         return frozenset(op for cut in self.sfb for op in cut.ops)
 
-    def with_sfb(self, cuts: Sequence[SfbCut]) -> "Strategy":
+    def with_sfb_cuts(self, cuts: Sequence[SfbCut]) -> "Strategy":
         return dataclasses.replace(self, sfb=tuple(cuts))
 
     # -- construction -------------------------------------------------------------------------
@@ -204,6 +205,7 @@ class Strategy:
                 if not 0 <= d < num_devices:
                     raise StrategyError(f"group {i}: device {d} does not exist "
                                         f"(the topology has devices 0..{num_devices - 1})")
+        _check_cuts(self.sfb)
         if self.shares is not None:
             if len(self.shares) != num_devices:
                 raise StrategyError(f"shares has {len(self.shares)} entries but the topology has "
@@ -219,7 +221,7 @@ class Strategy:
 def _parse_sfb(items: Any, source: str) -> tuple[SfbCut, ...]:
     if not isinstance(items, list):
         raise StrategyError(f"{source}: 'sfb' must be a list of {{gradient, ops, saving_s}} objects")
-    cuts, seen = [], {}
+    cuts = []
     for i, item in enumerate(items):
         if not isinstance(item, dict) or not isinstance(item.get("gradient"), str) or not item["gradient"]:
             raise StrategyError(f"{source}: sfb[{i}] needs a 'gradient' tensor name")
@@ -228,15 +230,26 @@ def _parse_sfb(items: Any, source: str) -> tuple[SfbCut, ...]:
             raise StrategyError(f"{source}: sfb[{i}] ({item['gradient']}): 'ops' must be a non-empty list "
                                 "of op names")
         saving = item.get("saving_s", 0.0)
-        if isinstance(saving, bool) or not isinstance(saving, (int, float)):
-            raise StrategyError(f"{source}: sfb[{i}] ({item['gradient']}): 'saving_s' must be a number")
-        for op in ops:
-            if op in seen:
-                raise StrategyError(f"{source}: op {op!r} is duplicated for two gradients "
-                                    f"({seen[op]} and {item['gradient']})")
-            seen[op] = item["gradient"]
+        if isinstance(saving, bool) or not isinstance(saving, (int, float)) or not math.isfinite(saving):
+            raise StrategyError(f"{source}: sfb[{i}] ({item['gradient']}): 'saving_s' must be a finite number")
+        if len(set(ops)) != len(ops):
+            raise StrategyError(f"{source}: sfb[{i}] ({item['gradient']}): an op is listed twice in 'ops'")
         cuts.append(SfbCut(item["gradient"], tuple(ops), float(saving)))
+    try:
+        _check_cuts(cuts)
+    except StrategyError as e:
+        raise StrategyError(f"{source}: {e}") from None
     return tuple(cuts)
+
+
+def _check_cuts(cuts: Sequence[SfbCut]) -> None:
+    """Each op is duplicated for one gradient only."""
+    seen: dict[str, str] = {}
+    for cut in cuts:
+        for op in cut.ops:
+            if op in seen and seen[op] != cut.gradient:
+                raise StrategyError(f"op {op!r} is duplicated for two gradients ({seen[op]} and {cut.gradient})")
+            seen[op] = cut.gradient
 
 
 def split_counts(total: int, weights: Sequence[float]) -> tuple[int, ...]:

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.grouping import _UnionFind, colocation_pairs, group_ops
 from tag_tf.analysis.simplify import PlanningGraph, training_ops
-from tag_tf.analysis.states import Flag
+from tag_tf.analysis.states import Flag, Kind
 from tag_tf.errors import StrategyError
 from tag_tf.ir import opsets
 from tag_tf.strategy import GroupPlan, Option, Strategy, split_counts
@@ -114,15 +114,18 @@ def mp_partition(analysis: Analysis, group: int, parts: int, seed: int = 0) -> d
     return {op: grouping.group_of[op] % parts for op in ops}
 
 
-def duplicated_ops(analysis: Analysis, strategy: Strategy, coloc: "ColocationSets | None" = None) -> frozenset[str]:
+def validated_duplicates(analysis: Analysis, strategy: Strategy, coloc: "ColocationSets | None" = None) -> frozenset[str]:
     """The planned ops `strategy.sfb` duplicates, checked against `analysis` (the analysis of the
-    strategy's groups): each must be a planned op of a group replicated with AllReduce or PS, neither
-    fed once (an input) nor colocated with a variable (PS groups keep those on their server)."""
+    strategy's groups): each must be a planned op of a group replicated with AllReduce or PS, and
+    none of the ops it hosts may be fed once (an input) or colocated with a variable (PS groups
+    keep those on their server; the simulator duplicates planned ops whole, so a member that stayed
+    behind would make the two disagree)."""
     dup = strategy.duplicated_ops
     if not dup:
         return dup
     coloc = coloc or ColocationSets(analysis)
     planned = set(analysis.planning.ops)
+    members = analysis.planning.members()
     for cut in strategy.sfb:
         for op in cut.ops:
             where = f"sfb for {cut.gradient}: op {op!r}"
@@ -134,11 +137,30 @@ def duplicated_ops(analysis: Analysis, strategy: Strategy, coloc: "ColocationSet
                 raise StrategyError(f"{where}: its group {gid} runs {plan.option.value} on {len(plan.devices)} "
                                     "device(s); only ops of a group replicated with allreduce or ps can be "
                                     "duplicated")
-            if Flag.SOURCE in analysis.annotations[op].flags:
-                raise StrategyError(f"{where} is an input of the step (fed once); it cannot be duplicated")
-            if coloc.with_variable(op):
-                raise StrategyError(f"{where} is colocated with a variable; it cannot be duplicated")
+            for m in members[op]:
+                what = where if m == op else f"{where} hosts {m!r}, which"
+                if Flag.SOURCE in analysis.annotations[m].flags:
+                    raise StrategyError(f"{what} is an input of the step (fed once); it cannot be duplicated")
+                if coloc.with_variable(m):
+                    raise StrategyError(f"{what} is colocated with a variable; it cannot be duplicated")
+                for ref in analysis.graph.op(m).inputs:
+                    if _replicated_partial(analysis, strategy, ref, dup):
+                        raise StrategyError(f"{what} reads the partial sum {ref.name}: it would be synchronised "
+                                            "mid-way through the backward pass; duplicate its producer too")
     return dup
+
+
+def _replicated_partial(analysis: Analysis, strategy: Strategy, ref: Any, dup: frozenset[str]) -> bool:
+    """`ref` is a per-replica partial sum of an op that stays replicated."""
+    host = analysis.planning.host.get(ref.op)
+    if host is None or host in dup:
+        return False
+    outs = analysis.annotations[ref.op].outputs
+    if ref.index >= len(outs) or outs[ref.index].kind is not Kind.PARTIAL:
+        return False
+    plan = strategy.groups[analysis.grouping.group_of[ref.op]]
+    return (len(plan.devices) > 1 and plan.option in (Option.ALLREDUCE, Option.PS)
+            and Flag.SOURCE not in analysis.annotations[ref.op].flags)
 
 
 def resolve(analysis: Analysis, strategy: Strategy, num_devices: int) -> Placement:
@@ -151,7 +173,7 @@ def resolve(analysis: Analysis, strategy: Strategy, num_devices: int) -> Placeme
     train = training_ops(graph)
     coloc = ColocationSets(analysis)
     group_of = analysis.grouping.group_of
-    dup = duplicated_ops(analysis, strategy, coloc)
+    dup = validated_duplicates(analysis, strategy, coloc)
     planned_host = analysis.planning.host
 
     # Per-group base layouts and, for PS groups, a parameter server per colocation set (round-robin).
@@ -224,5 +246,5 @@ def _group_layout(plan: GroupPlan, strategy: Strategy, batch: int, dynamic: bool
     return Layout(Mode.REPLICATED, plan.devices, counts, weights if dynamic else (), plan.option)
 
 
-__all__ = ["HOST", "Layout", "Mode", "Placement", "duplicated_ops", "resolve", "single", "mp_partition"]
+__all__ = ["HOST", "Layout", "Mode", "Placement", "resolve", "validated_duplicates", "single", "mp_partition"]
 

@@ -10,7 +10,7 @@ import os
 import sys
 
 # Subcommand modules, in the order `tag-tf --help` lists them.
-COMMANDS = ("analyze", "profile", "topology", "simulate", "plan", "calibrate", "verify", "server", "demo")
+COMMANDS = ("analyze", "profile", "topology", "simulate", "plan", "train_gnn", "calibrate", "verify", "server", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

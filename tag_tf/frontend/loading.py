@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from tag_tf.analysis import Analysis, analyze
 from tag_tf.context import Options, PassContext
-from tag_tf.ir import Graph, from_file, from_graph_def
+from tag_tf.ir import Graph, from_file
 
 
 @dataclasses.dataclass
@@ -41,8 +41,7 @@ def model_kwargs(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
 
 
 def model_ir(model: Any) -> Graph:
-    return from_graph_def(model.graph_def, model.meta_graph_def, train_op=model.train_op, loss=model.loss,
-                          inputs=[f"{spec.name}:0" for spec in model.inputs])
+    return model.ir()
 
 
 def load(args: argparse.Namespace, **model_extra: Any) -> Loaded:

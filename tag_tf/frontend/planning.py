@@ -19,7 +19,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from tag_tf.compiler.placement import duplicated_ops
+from tag_tf.compiler.placement import validated_duplicates
 from tag_tf.errors import StrategyError
 from tag_tf.strategy import Strategy
 
@@ -118,9 +118,9 @@ def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None, cal
     sim = simulator(analysis, topology, calibration, costs)
     result = mcts_search(sim, topology, MctsOptions(budget_s=budget, progress=True))
     if sfb and result.found:
-        from tag_tf.search.sfb import with_sfb
+        from tag_tf.search.sfb import best_with_sfb
 
-        result, outcome = with_sfb(sim, topology, result)
+        result, outcome = best_with_sfb(sim, topology, result)
         log.info("auto plan: SFB replaces %d of %d gradient synchronisations (%.3g -> %.3g ms simulated)",
                  outcome.kept, len(outcome.solutions), outcome.before_s * 1e3, outcome.after_s * 1e3)
     if not result.found:
@@ -195,7 +195,7 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
     if cached is not None:
         try:
             cached.validate(groups, topology.num_devices)
-            duplicated_ops(analysis.for_strategy(cached), cached)   # refined groups and SFB ops must fit
+            validated_duplicates(analysis.for_strategy(cached), cached)   # refined groups and SFB ops must fit
         except StrategyError as e:   # a stale or hand-edited entry: plan again
             log.warning("ignoring plan cache entry %s: %s", path, e)
         else:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,13 @@ class ModelGraph:
         """A synthetic batch for every input, keyed by tensor name ("x:0")."""
         b = self.batch_size if batch_size is None else batch_size
         return {f"{spec.name}:0": spec.sample(rng, b) for spec in self.inputs}
+
+    def ir(self) -> "Any":
+        """The graph as tag_tf's IR, with its train op, loss and batch inputs named."""
+        from tag_tf.ir import from_graph_def
+
+        return from_graph_def(self.graph_def, self.meta_graph_def, train_op=self.train_op, loss=self.loss,
+                              inputs=[f"{spec.name}:0" for spec in self.inputs])
 
     @property
     def param_bytes(self) -> int:

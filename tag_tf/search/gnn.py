@@ -20,6 +20,7 @@ and topology.
 """
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Sequence
 
@@ -195,6 +196,76 @@ class GnnPrior:
         return logp.exp().double().numpy()
 
 
+WEIGHTS_FORMAT = "tag_tf.gnn/1"
+ENV_WEIGHTS = "TAG_TF_GNN_WEIGHTS"      # a weights file planning uses instead of the shipped one
+
+
+def architecture() -> dict[str, int]:
+    """What a weights file must have been trained for (checked on load)."""
+    return {"width": WIDTH, "heads": HEADS, "layers": LAYERS, "op_features": OP_FEATURES,
+            "dev_features": DEV_FEATURES, "options": len(OPTIONS)}
+
+
+def save_weights(model: StrategyGNN, path: str, meta: dict[str, Any] | None = None) -> None:
+    """Tensors and plain metadata only (loadable with torch.load(weights_only=True)); written whole."""
+    import os
+
+    meta = json.loads(json.dumps(meta or {}))        # plain JSON values only: weights_only must load them
+    blob = {"format": WEIGHTS_FORMAT, "architecture": architecture(), "meta": meta,
+            "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
+    tmp = f"{path}.tmp"
+    torch.save(blob, tmp)
+    os.replace(tmp, path)
+
+
+def load_weights(path: str) -> tuple[StrategyGNN, dict[str, Any]]:
+    """(network, metadata) from `path`; WeightsError naming the file and the problem otherwise."""
+    from tag_tf.errors import WeightsError
+
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise WeightsError(f"{path}: no such GNN weights file") from None
+    except Exception as e:      # torch raises several types for truncated or foreign files
+        raise WeightsError(f"{path}: not a GNN weights file ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+    if not isinstance(blob, dict) or blob.get("format") != WEIGHTS_FORMAT:
+        raise WeightsError(f"{path}: not a {WEIGHTS_FORMAT} weights file")
+    if blob.get("architecture") != architecture():
+        raise WeightsError(f"{path}: weights for architecture {blob.get('architecture')}, but this tag_tf's GNN "
+                           f"is {architecture()}")
+    model = StrategyGNN()
+    try:
+        model.load_state_dict(blob["state_dict"])
+    except (RuntimeError, KeyError, TypeError) as e:
+        raise WeightsError(f"{path}: weights do not fit the network ({str(e).splitlines()[0][:160]})") from None
+    return model.eval(), dict(blob.get("meta") or {})
+
+
+def shipped_weights() -> str | None:
+    """The weights planning uses by default: $TAG_TF_GNN_WEIGHTS, else the package's, else None."""
+    import os
+    from importlib import resources
+
+    env = os.environ.get(ENV_WEIGHTS)
+    if env:
+        return env
+    path = resources.files("tag_tf.search").joinpath("weights", "gnn.pt")
+    return str(path) if path.is_file() else None
+
+
+def default_network(weights: str | None = None, seed: int = 0) -> StrategyGNN:
+    """The network `--prior gnn` uses: `weights`, else the shipped weights, else an untrained one
+    (logged: its priors are only as good as chance)."""
+    import logging
+
+    path = weights or shipped_weights()
+    if path is not None:
+        return load_weights(path)[0]
+    logging.getLogger("tag_tf.gnn").warning("no trained GNN weights (tag-tf train-gnn, or %s): the GNN prior is "
+                                            "an untrained network", ENV_WEIGHTS)
+    return untrained(seed)
+
+
 def untrained(seed: int = 0) -> StrategyGNN:
     """A freshly initialised network (deterministic for a seed): until trained weights ship."""
     gen = torch.random.fork_rng()
@@ -211,4 +282,5 @@ def _intra_bandwidth(topology: Any, devices: Sequence[int]) -> float:
     return _bandwidth(topology, devices[0], devices[1]) if len(devices) > 1 else 0.0
 
 
-__all__ = ["GnnPrior", "GraphFeatures", "StrategyGNN", "gamma", "untrained"]
+__all__ = ["GnnPrior", "GraphFeatures", "StrategyGNN", "WEIGHTS_FORMAT", "default_network", "gamma", "load_weights",
+           "save_weights", "shipped_weights", "untrained"]

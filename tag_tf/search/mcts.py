@@ -52,6 +52,7 @@ class MctsOptions:
     c_puct: float = C_PUCT
     polish: bool = True
     refine: bool = True                 # polish: split the best plan's dominant groups (search/refine.py)
+    heterog: bool = True                # search HeteroG's space as a baseline too (GNN training skips it)
     progress: bool = False
 
 
@@ -103,18 +104,38 @@ class MctsResult(BaselineComparison):
 
 
 PriorFn = Callable[[tuple[int, ...], int, Any], np.ndarray]
+MIN_RECORD_VISITS = 8        # a vertex's visit counts are a training target once it has this many
+
+
+@dataclasses.dataclass(frozen=True)
+class VisitRecord:
+    """One well-visited vertex of a finished search: what the GNN is trained to predict there
+    (search/gnn_training.py). `visits[a]` counts the iterations that took action a after `prefix`;
+    the paper's target softmax(ln N) is visits / visits.sum()."""
+    prefix: tuple[int, ...]
+    group: int                    # the group decided next
+    report: Any                   # SimReport of the prefix's leaf plan (None at the root)
+    visits: np.ndarray
+
+
+def decision_order(analysis: Any) -> list[int]:
+    """The order MCTS decides groups in: descending compute (the first decided fills the rest)."""
+    return [int(g) for g in np.argsort([-g.compute for g in analysis.grouping.groups], kind="stable")]
 
 
 PRIORS = ("uniform", "gnn")
 
 
 def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *,
-                prior: str | PriorFn = "uniform") -> MctsResult:
+                prior: str | PriorFn = "uniform", weights: str | None = None,
+                record: list[VisitRecord] | None = None) -> MctsResult:
     """Plan `sim`'s graph on `topology` by MCTS (see the module doc). `prior` is "uniform", "gnn"
     (the heterogeneous GNN: untrained, seeded by `options.seed`, until trained weights ship) or a
     callable `prior(prefix, group, leaf)` giving the probabilities of the actions for `group` after
     the decisions `prefix`; `leaf` is the SimReport of the vertex's leaf plan (runtime feedback),
-    None at the root or when it did not run."""
+    None at the root or when it did not run. `weights`: the GNN's weights file (default: the
+    shipped weights, else an untrained network). `record`: receives a VisitRecord per vertex
+    visited at least MIN_RECORD_VISITS times (GNN training data)."""
     start_time = time.perf_counter()
     deadline = Deadline(start_time + options.budget_s)
     rng = np.random.default_rng(options.seed)
@@ -123,7 +144,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
     fixed = {name: baseline(name, n_groups, topology) for name in BASELINES}
     times = {name: cost(s) for name, s in fixed.items()}
     first = min(times, key=times.get)
-    if np.isfinite(times[first]):
+    if np.isfinite(times[first]) and options.heterog:
         # HeteroG's decision space, searched from the best fixed baseline: a baseline to beat too.
         found, times["heterog"] = heterog_search(cost, topology, fixed[first], times[first],
                                                  Deadline(start_time + min(HETEROG_SHARE * options.budget_s,
@@ -135,7 +156,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
     reference = times[best_name]
     dp_time = times["dp"]
     actions = candidate_actions(topology)
-    order = [int(g) for g in np.argsort([-g.compute for g in sim.analysis.grouping.groups], kind="stable")]
+    order = decision_order(sim.analysis)
     # Fused buckets; batch shares from the simulator's own (calibrated) device speeds.
     rates = np.asarray(sim.device_rates(), dtype=np.float64)
     shares = tuple(float(x) for x in rates / rates.sum()) if rates.sum() > 0 and np.all(rates > 0) else None
@@ -145,9 +166,9 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
     if prior == "uniform":
         prior = None
     elif prior == "gnn":
-        from tag_tf.search.gnn import GnnPrior, GraphFeatures, untrained
+        from tag_tf.search.gnn import GnnPrior, GraphFeatures, default_network
 
-        prior = GnnPrior(untrained(options.seed), GraphFeatures(sim, topology, actions, order))
+        prior = GnnPrior(default_network(weights, options.seed), GraphFeatures(sim, topology, actions, order))
     elif isinstance(prior, str):
         raise ValueError(f"unknown MCTS prior {prior!r} (expected one of {', '.join(PRIORS)})")
 
@@ -178,7 +199,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
         if new:
             report = cost.report(plan)
             simulated[key] = math.inf if report is None or report.oom else report.iteration_time_s
-            if prior is not None and report is not None:
+            if (prior is not None or record is not None) and report is not None:
                 reports[key] = report
         return simulated[key], plan, reports.get(key), new
 
@@ -226,6 +247,11 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
                 beat_dp_at, beat_dp_s = iterations, time.perf_counter() - start_time
     finally:
         bar.close()
+    if record is not None:
+        for prefix, vertex in table.items():
+            if vertex.n.sum() >= MIN_RECORD_VISITS and len(prefix) < n_groups:
+                report = reports.get(plan_of(prefix).groups) if prefix else None
+                record.append(VisitRecord(prefix, order[len(prefix)], report, vertex.n.copy()))
     refine_runs = 0
     if options.polish and np.isfinite(best_time):
         moves = [(g,) for g in order] + coupled_blocks(sim.prepared, n_groups)
@@ -289,4 +315,5 @@ def _first_play(vertex: _Vertex) -> float:
     return float(vertex.w.sum() / total) if total > 0 else 0.0
 
 
-__all__ = ["C_PUCT", "PRIORS", "MctsOptions", "MctsResult", "balance_shares", "candidate_actions", "mcts_search", "puct_scores"]
+__all__ = ["C_PUCT", "PRIORS", "MctsOptions", "MctsResult", "VisitRecord", "balance_shares", "candidate_actions",
+           "decision_order", "mcts_search", "puct_scores"]

@@ -40,8 +40,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tag_tf.sim.prepare import SOURCE, STATE_CODE, VARIABLE_SIDE
-from tag_tf.analysis.states import Kind
+from tag_tf.analysis.states import Flag, Kind
+from tag_tf.sim.prepare import SOURCE, STATE_CODE
 from tag_tf.strategy import Option, SfbCut, Strategy, split_counts
 
 FULL, SPLIT, PARTIAL = STATE_CODE[Kind.FULL], STATE_CODE[Kind.SPLIT], STATE_CODE[Kind.PARTIAL]
@@ -67,8 +67,6 @@ class SfbSolution:
     objective_s: float             # MILP objective (negative: a predicted saving)
     solve_s: float                 # wall time of building and solving the MILP
     status: str                    # SCIP's status ("optimal", "timelimit", ...)
-    num_vars: int
-    num_conss: int
     gathers: frozenset[int] = frozenset()   # tensor ids the cut gathers to every device
 
 
@@ -85,10 +83,12 @@ class SfbOutcome:
     solve_s: float                 # all MILPs
     total_s: float                 # MILPs + simulations
 
-    def to_dict(self, op_names: Sequence[str] = ()) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         times = [s.solve_s for s in self.solutions]
-        return {"before_s": self.before_s, "after_s": self.after_s,
-                "saving_s": self.before_s - self.after_s, "gradients": len(self.solutions),
+        finite = lambda t: t if math.isfinite(t) else None  # noqa: E731 (None: out of memory)
+        return {"before_s": finite(self.before_s), "after_s": finite(self.after_s),
+                "saving_s": finite(self.before_s - self.after_s) if math.isfinite(self.after_s) else None,
+                "gradients": len(self.solutions),
                 "proposed": self.proposed, "kept": self.kept, "simulations": self.simulations,
                 "solver": "SCIP", "solve_s": round(self.solve_s, 4), "total_s": round(self.total_s, 4),
                 "solve_ms_per_gradient": {"mean": round(1e3 * float(np.mean(times)), 3) if times else 0.0,
@@ -116,11 +116,18 @@ class SfbSolver:
         self.bw = np.asarray(p["link_bw"], dtype=np.float64).reshape(self.D, self.D)
         self.lat = np.asarray(p["link_lat"], dtype=np.float64).reshape(self.D, self.D)
         src, dst = np.asarray(p["e_src"]), np.asarray(p["e_dst"])
-        self.e_src, self.e_dst, self.e_tensor = src, dst, np.asarray(p["e_tensor"])
+        self.e_src, self.e_tensor = src, np.asarray(p["e_tensor"])
         self.e_bytes = np.asarray(p["e_bytes"], dtype=np.int64)
         self.e_state, self.e_need = np.asarray(p["e_state"]), np.asarray(p["e_need"])
         self.tensor_names = p["tensor_names"]
         self.t_bytes = np.asarray(p["t_bytes"], dtype=np.int64)
+        # Planned ops that may run duplicated: none of their members is an input or beside a variable
+        # (compiler.placement.validated_duplicates refuses the others).
+        members = sim.analysis.planning.members()
+        coloc = sim.colocation
+        annotations = sim.analysis.annotations
+        self.eligible = np.array([not any(Flag.SOURCE in annotations[m].flags or coloc.with_variable(m)
+                                          for m in members[op]) for op in self.names], dtype=bool)
         self.in_edges: list[list[int]] = [[] for _ in range(self.n)]
         self.out_edges: list[list[int]] = [[] for _ in range(self.n)]
         self.consumers: list[set[int]] = [set() for _ in range(self.n)]
@@ -140,7 +147,7 @@ class SfbSolver:
         for g in range(self.n):
             edges = self.out_edges[g]
             partial = [e for e in edges if self.e_state[e] == PARTIAL]
-            if not partial or self.flags[g] & (SOURCE | VARIABLE_SIDE):
+            if not partial or not self.eligible[g]:
                 continue
             plan = strategy.groups[int(self.group[g])]
             if not self._replicated(plan) or any(self.e_need[e] != FULL for e in edges):
@@ -160,23 +167,20 @@ class SfbSolver:
         return other.devices == plan.devices and other.option is plan.option
 
     def _cone(self, g: int, strategy: Strategy, plan: Any) -> tuple[int, ...]:
-        """g and its ancestors in the same layout, nearest first, kept only while private to g."""
-        order, seen, frontier = [g], {g}, [g]
-        while frontier and len(order) < self.max_cone:
-            nxt = []
-            for op in frontier:
-                for e in self.in_edges[op]:
-                    p = int(self.e_src[e])
-                    if p in seen or self.flags[p] & (SOURCE | VARIABLE_SIDE):
-                        continue
-                    if not self._same_layout(p, strategy, plan):
-                        continue
-                    seen.add(p)
-                    order.append(p)
-                    nxt.append(p)
-                    if len(order) >= self.max_cone:
-                        break
-            frontier = nxt
+        """g and its ancestors in the same layout, nearest first (at most max_cone), kept only while
+        private to g. Any prefix of the result is a valid cut: each op's consumer comes before it."""
+        order, seen, head = [g], {g}, 0
+        while head < len(order) and len(order) < self.max_cone:
+            op = order[head]
+            head += 1
+            for e in self.in_edges[op]:
+                p = int(self.e_src[e])
+                if p in seen or not self.eligible[p] or not self._same_layout(p, strategy, plan):
+                    continue
+                seen.add(p)
+                order.append(p)
+                if len(order) >= self.max_cone:
+                    break
         cone = set(order)
         changed = True
         while changed:          # private: every consumer inside (g's consumers are its updates)
@@ -218,7 +222,7 @@ class SfbSolver:
                               for ps in devices]))
 
     def tensor_cost(self, e: int, strategy: Strategy, producer_in_layout: bool, devices: Sequence[int],
-                    counts: Sequence[int], fused: bool) -> float:
+                    counts: Sequence[int]) -> float:
         """Making edge e's tensor whole on every device of the group (inf: not a cut we make)."""
         nbytes = float(self.e_bytes[e])
         producer = int(self.e_src[e])
@@ -234,9 +238,10 @@ class SfbSolver:
         return 0.0          # FULL on every replica already, or LOCAL (recomputed, free)
 
     # -- the MILP -------------------------------------------------------------------------------
-    def solve(self, problem: SfbProblem, strategy: Strategy, gathered: frozenset[int] = frozenset()) -> SfbSolution:
-        """`gathered`: tensor ids other cuts already gather to every device (free here: the
-        compiler gathers a tensor once per device, whoever consumes it)."""
+    def solve(self, problem: SfbProblem, strategy: Strategy,
+              gathered: frozenset[tuple[int, tuple[int, ...]]] = frozenset()) -> SfbSolution:
+        """`gathered`: (tensor id, devices) pairs other cuts already gather to those devices (free
+        here: the compiler gathers a tensor once per device, whoever consumes it)."""
         from pyscipopt import Model, quicksum
 
         start = time.perf_counter()
@@ -259,7 +264,9 @@ class SfbSolver:
                 p, t = int(self.e_src[e]), int(self.e_tensor[e])
                 if t not in cut:
                     in_layout = p in inside or self._same_layout(p, strategy, plan)
-                    cost = 0.0 if t in gathered else self.tensor_cost(e, strategy, in_layout, devices, counts, fused)
+                    cost = self.tensor_cost(e, strategy, in_layout, devices, counts)
+                    if (t, devices) in gathered and not math.isinf(cost):
+                        cost = 0.0
                     cut[t] = model.addVar(f"b{t}", vtype="B", ub=0.0 if math.isinf(cost) else 1.0)
                     cut_cost[t] = 0.0 if math.isinf(cost) else cost
                     objective.append(cut_cost[t] * cut[t])
@@ -284,7 +291,7 @@ class SfbSolver:
             if value < -1e-12:
                 chosen = tuple(i for i in cone if model.getSolVal(sol, alpha[i]) > 0.5)
         solution = SfbSolution(problem, chosen, value if chosen else 0.0, time.perf_counter() - start, status,
-                               model.getNVars(), model.getNConss(), self._gathers(chosen))
+                               self._gathers(chosen))
         model.freeProb()
         return solution
 
@@ -301,7 +308,7 @@ class SfbSolver:
         problems = self.problems(strategy)
         solutions = [self.solve(p, strategy) for p in problems]
         for _ in range(rounds - 1):
-            gathered = frozenset().union(*(s.gathers for s in solutions if s.ops))
+            gathered = frozenset((t, s.problem.devices) for s in solutions if s.ops for t in s.gathers)
             changed = False
             for k, s in enumerate(solutions):
                 if s.ops:
@@ -320,32 +327,44 @@ class SfbSolver:
 
 
 def apply_sfb(sim: Any, strategy: Strategy, *, time_limit_s: float = 1.0, max_simulations: int = 64) -> SfbOutcome:
-    """`strategy` with the SFB cuts that make it simulate faster (none when none does)."""
+    """`strategy` with the SFB cuts that make it simulate faster. Cuts it already carries are
+    solved afresh; when nothing beats the plan as given, it comes back unchanged."""
     start = time.perf_counter()
-    base = strategy.with_sfb(())
+    base = strategy.with_sfb_cuts(())
     sim = sim.for_strategy(base)
     solver = SfbSolver(sim, time_limit_s)
     solutions = tuple(solver.solve_all(base))
     solve_s = sum(s.solve_s for s in solutions)
     proposed = sorted((s for s in solutions if s.ops), key=lambda s: s.objective_s)
     cuts = [solver.cut_of(s) for s in proposed]
-    before = sim.simulate(base).iteration_time_s
-    best, kept, sims = before, [], 1
+    seconds = lambda plan: _seconds(sim.simulate(plan))  # noqa: E731
+    before = seconds(strategy)
+    sims = 1
+    best, kept = (before, list(strategy.sfb)) if not strategy.sfb else (seconds(base), [])
+    sims += bool(strategy.sfb)
     if cuts:
-        everything = sim.simulate(base.with_sfb(cuts))
+        everything = seconds(base.with_sfb_cuts(cuts))
         sims += 1
-        if not everything.oom and everything.iteration_time_s < before:
-            best, kept = everything.iteration_time_s, cuts
+        if everything < best:
+            best, kept = everything, cuts
         else:                        # one by one, largest predicted saving first, kept when faster
             for cut in cuts:
                 if sims >= max_simulations:
                     break
-                trial = sim.simulate(base.with_sfb([*kept, cut]))
+                trial = seconds(base.with_sfb_cuts([*kept, cut]))
                 sims += 1
-                if not trial.oom and trial.iteration_time_s < best:
-                    best, kept = trial.iteration_time_s, [*kept, cut]
-    return SfbOutcome(base.with_sfb(kept), before, best, solutions, len(cuts), len(kept), sims, solve_s,
+                if trial < best:
+                    best, kept = trial, [*kept, cut]
+    result = base.with_sfb_cuts(kept)
+    if not best < before:           # nothing beats the plan as given
+        result, best = strategy, before
+    return SfbOutcome(result, before, best, solutions, len(cuts), len(result.sfb), sims, solve_s,
                       time.perf_counter() - start)
+
+
+def _seconds(report: Any) -> float:
+    """A simulated iteration time, inf when the plan runs out of memory."""
+    return math.inf if report.oom else report.iteration_time_s
 
 
 def duplicated_op_types(analysis: Any, strategy: Strategy) -> dict[str, int]:
@@ -361,29 +380,35 @@ def duplicated_op_types(analysis: Any, strategy: Strategy) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
-def with_sfb(sim: Any, topology: Any, result: Any, *, time_limit_s: float = 1.0) -> tuple[Any, SfbOutcome]:
+def best_with_sfb(sim: Any, topology: Any, result: Any, *, time_limit_s: float = 1.0) -> tuple[Any, SfbOutcome]:
     """A search result (MCTS or local) with SFB applied to its plan, and each fixed baseline with
     SFB among its baselines ("dp+sfb", ...). The search did not know SFB: where a baseline with
     SFB simulates faster than the plan with SFB (typically DP whose large gradients SFB rebuilds
-    from small factors, where the search had avoided replicating them), that is the plan."""
+    from small factors, where the search had avoided replicating them), that is the plan, and an
+    MCTS result says it fell back. The outcome returned is the winner's, with `simulations` and
+    `total_s` counting every run made here."""
     from tag_tf.search.baselines import BASELINES, baseline
 
     outcome = apply_sfb(sim, result.strategy, time_limit_s=time_limit_s)
     baselines = dict(result.baselines)
     best, best_name = outcome, None
+    simulations, seconds = outcome.simulations, outcome.total_s
     for name in BASELINES:
         if not np.isfinite(result.baselines.get(name, np.inf)):
             baselines[name + "+sfb"] = np.inf
             continue
         other = apply_sfb(sim, baseline(name, sim.num_groups, topology), time_limit_s=time_limit_s)
+        simulations, seconds = simulations + other.simulations, seconds + other.total_s
         baselines[name + "+sfb"] = other.after_s
         if other.after_s < best.after_s:
             best, best_name = other, name + "+sfb"
     changes: dict[str, Any] = {}
     strategy = best.strategy
     if best_name is not None:
-        strategy = dataclasses.replace(strategy, name=best_name)
+        strategy = dataclasses.replace(strategy, name=best_name, graph=result.strategy.graph,
+                                       topology=result.strategy.topology)
         if hasattr(result, "fell_back"):
             changes["fell_back"] = True
+    best = dataclasses.replace(best, simulations=simulations, total_s=seconds)
     return dataclasses.replace(result, strategy=strategy, iteration_time_s=best.after_s, baselines=baselines,
                                **changes), best

@@ -18,7 +18,7 @@ import numpy as np
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.simplify import training_ops
-from tag_tf.compiler.placement import ColocationSets, duplicated_ops, mp_partition
+from tag_tf.compiler.placement import ColocationSets, mp_partition, validated_duplicates
 from tag_tf.errors import StrategyError
 from tag_tf.sim.calibration import member_counts, resolve as resolve_calibration
 from tag_tf.sim.prepare import device_types, prepare
@@ -117,7 +117,8 @@ class Simulator:
         return self._regrouped[key]
 
     @property
-    def _coloc(self) -> ColocationSets:
+    def colocation(self) -> ColocationSets:
+        """TF's colocation sets of this simulator's graph (built on first use)."""
         if self._coloc_sets is None:
             self._coloc_sets = ColocationSets(self.analysis)
         return self._coloc_sets
@@ -172,7 +173,7 @@ class Simulator:
         dup = None
         if strategy.sfb:
             dup = np.zeros(len(self._op_index), dtype=np.uint8)
-            for op in duplicated_ops(self.analysis, strategy, self._coloc):
+            for op in validated_duplicates(self.analysis, strategy, self.colocation):
                 dup[self._op_index[op]] = 1
         return (ptr, np.asarray(devs, dtype=np.int32), options, shares, mp, int(strategy.fusion_bytes or 0),
                 bool(strategy.sync_after_backward), dup)

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import analysis_of, batches
 from tag_tf.compiler import DeviceMap, compile_strategy
+from tag_tf.compiler.placement import validated_duplicates
 from tag_tf.context import PassContext
 from tag_tf.errors import StrategyError
 from tag_tf.runtime.equivalence import check_equivalence, noise_floor, run_original
@@ -28,7 +29,15 @@ def whole_cones(a, strategy: Strategy, devices: int) -> list[SfbCut]:
     """Every gradient's whole candidate subgraph duplicated (more than the MILP would pick: the
     compiler must be exact for any cut)."""
     solver = SfbSolver(Simulator(a, load_topology(f"local:{devices}")))
-    return [SfbCut(p.gradient, tuple(a.planning.ops[i] for i in p.cone)) for p in solver.problems(strategy)]
+    cuts = []
+    for p in solver.problems(strategy):
+        cut = SfbCut(p.gradient, tuple(a.planning.ops[i] for i in p.cone))
+        try:        # a cone reading a partial sum of another layout is not a cut the MILP may make
+            validated_duplicates(a, strategy.with_sfb_cuts([cut]))
+        except StrategyError:
+            continue
+        cuts.append(cut)
+    return cuts
 
 
 def duplicated_types(a, strategy: Strategy) -> Counter:
@@ -56,7 +65,7 @@ def check(a, model_feeds, strategy: Strategy, devices: int):
 def test_duplicated_gradients_are_exact(name, option, kind):
     model, a = analysis_of(name)
     dp = Strategy.uniform(len(a.grouping.groups), (0, 1, 2), option, shares=(1.0, 2.0, 1.0))
-    sfb = dp.with_sfb(whole_cones(a, dp, 3))
+    sfb = dp.with_sfb_cuts(whole_cones(a, dp, 3))
     assert duplicated_types(a, sfb)[kind] >= 1
     compiled = check(a, batches(model, STEPS), sfb, 3)
     plain = compile_strategy(PassContext(), a, dp, DeviceMap.local_cpus(3))
@@ -66,11 +75,32 @@ def test_duplicated_gradients_are_exact(name, option, kind):
         plain.stats["allreduce_tensors"] + plain.stats["addn_tensors"]
 
 
+def test_partial_cones_duplicate_some_ops_and_gather_from_the_others():
+    """The MILP may keep part of a cone replicated: a duplicated op then gathers the output of a
+    replicated op of the same cone. Every prefix of a cone is such a cut."""
+    model, a = analysis_of("transformer")
+    dp = Strategy.uniform(len(a.grouping.groups), (0, 1), Option.ALLREDUCE, fusion_bytes=2**20)
+    solver = SfbSolver(Simulator(a, load_topology("local:2")))
+    cuts = []
+    for p in solver.problems(dp):
+        for k in range(max(1, len(p.cone) // 2), len(p.cone) + 1):    # the shortest legal half-cone
+            cut = SfbCut(p.gradient, tuple(a.planning.ops[i] for i in p.cone[:k]))
+            try:
+                validated_duplicates(a, dp.with_sfb_cuts([*cuts, cut]))
+            except StrategyError:       # reads a partial sum that stays replicated: grow the cut
+                continue
+            if k < len(p.cone):
+                cuts.append(cut)
+            break
+    assert len(cuts) >= 3
+    check(a, batches(model, STEPS), dp.with_sfb_cuts(cuts), 2)
+
+
 def test_embedding_gradients_dense_and_sparse():
     for kw in ({}, {"sparse_grads": True}):
         model, a = analysis_of("bert-small", **kw)
         dp = Strategy.uniform(len(a.grouping.groups), (0, 1), Option.ALLREDUCE)
-        sfb = dp.with_sfb(whole_cones(a, dp, 2))
+        sfb = dp.with_sfb_cuts(whole_cones(a, dp, 2))
         assert duplicated_types(a, sfb)["UnsortedSegmentSum"] >= 1, kw
         check(a, batches(model, STEPS), sfb, 2)
 
@@ -111,7 +141,7 @@ def test_reshape_transpose_chain():
     data = [{"x:0": rng.normal(size=(8, 5, 6)).astype(np.float32),
              "y:0": rng.integers(0, 3, size=(8, 5)).astype(np.int32)} for _ in range(STEPS)]
     dp = Strategy.uniform(len(a.grouping.groups), (0, 1), Option.ALLREDUCE, fusion_bytes=2**20)
-    sfb = dp.with_sfb(whole_cones(a, dp, 2))
+    sfb = dp.with_sfb_cuts(whole_cones(a, dp, 2))
     types = duplicated_types(a, sfb)
     assert types["Transpose"] >= 1 and types["MatMul"] >= 2 and types["Reshape"] >= 1, types
     check(a, lambda s: data[s], sfb, 2)
@@ -129,7 +159,7 @@ def test_sfb_on_mixed_plans_matches_the_simulator(name):
         cuts = whole_cones(a, strategy, 4)
         if not cuts:
             continue
-        sfb = strategy.with_sfb(cuts)
+        sfb = strategy.with_sfb_cuts(cuts)
         report = sim.simulate(sfb)
         compiled = compile_strategy(PassContext(), a, sfb, DeviceMap.local_cpus(4), check=True)   # a DAG
         assert {k: report.conversions[k] for k in KEYS} == {k: compiled.stats[k] for k in KEYS}, seed
@@ -141,7 +171,7 @@ def test_sfb_on_mixed_plans_matches_the_simulator(name):
 def test_strategy_json_round_trip_and_old_files():
     _, a = analysis_of("mlp")
     dp = Strategy.uniform(len(a.grouping.groups), (0, 1), Option.ALLREDUCE)
-    sfb = dp.with_sfb(whole_cones(a, dp, 2))
+    sfb = dp.with_sfb_cuts(whole_cones(a, dp, 2))
     again = Strategy.from_dict(json.loads(sfb.to_json()))
     assert again == sfb and again.duplicated_ops == sfb.duplicated_ops
     assert "sfb" not in dp.to_dict()              # plans without SFB keep their old JSON and fingerprint
@@ -164,15 +194,34 @@ def test_cuts_that_cannot_run_are_refused_with_the_op_named():
     op = cut.ops[0]
     sim = Simulator(a, load_topology("local:2"))
     cases = {
-        "not a planned op": dp.with_sfb([SfbCut(cut.gradient, ("no/such/op",))]),
-        "runs allreduce on 1 device": Strategy.uniform(G, (0,), Option.ALLREDUCE).with_sfb([cut]),
-        "runs duplicate on 2": Strategy.uniform(G, (0, 1), Option.DUPLICATE).with_sfb([cut]),
-        "input of the step": dp.with_sfb([SfbCut("x", (a.graph.meta.feeds[0].split(":")[0],))]),
-        "colocated with a variable": dp.with_sfb([SfbCut("v", (next(iter(a.graph.variables)),))]),
+        "not a planned op": dp.with_sfb_cuts([SfbCut(cut.gradient, ("no/such/op",))]),
+        "runs allreduce on 1 device": Strategy.uniform(G, (0,), Option.ALLREDUCE).with_sfb_cuts([cut]),
+        "runs duplicate on 2": Strategy.uniform(G, (0, 1), Option.DUPLICATE).with_sfb_cuts([cut]),
+        "input of the step": dp.with_sfb_cuts([SfbCut("x", (a.graph.meta.feeds[0].split(":")[0],))]),
+        "colocated with a variable": dp.with_sfb_cuts([SfbCut("v", (next(iter(a.graph.variables)),))]),
     }
     for message, strategy in cases.items():
         with pytest.raises(StrategyError, match=message):
             compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(2))
         with pytest.raises(StrategyError, match=message):
             sim.simulate(strategy)
-    assert op in dp.with_sfb([cut]).duplicated_ops
+    assert op in dp.with_sfb_cuts([cut]).duplicated_ops
+
+
+def test_a_cut_through_a_partial_sum_is_refused_by_compiler_and_simulator():
+    """Duplicating a layer-norm gradient's Reshape but not the Sum before it would synchronise the
+    partial Sum mid-way through the backward pass (which TF's gradient tuples then wait for)."""
+    _, a = analysis_of("transformer")
+    dp = Strategy.uniform(len(a.grouping.groups), (0, 1), Option.ALLREDUCE, fusion_bytes=2**20)
+    sim = Simulator(a, load_topology("local:2"))
+    solver = SfbSolver(sim)
+    ops = a.planning.ops
+    bad = [SfbCut(p.gradient, (ops[p.cone[0]],)) for p in solver.problems(dp)
+           if len(p.cone) >= 2 and a.graph.op(ops[p.cone[0]]).type == "Reshape"
+           and a.graph.op(ops[p.cone[1]]).type == "Sum"]
+    assert bad
+    strategy = dp.with_sfb_cuts(bad[:1])
+    with pytest.raises(StrategyError, match="reads the partial sum .*duplicate its producer too"):
+        compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(2))
+    with pytest.raises(StrategyError, match="reads the partial sum"):
+        sim.simulate(strategy)

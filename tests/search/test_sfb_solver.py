@@ -42,9 +42,9 @@ def brute_force(S: SfbSolver, problem, strategy: Strategy, gathered=frozenset())
                 if p in dup or t in paid:
                     continue
                 paid.add(t)
-                if t not in gathered:
-                    value += S.tensor_cost(e, strategy, p in set(cone) or S._same_layout(p, strategy, plan),
-                                           problem.devices, counts, fused)
+                cost = S.tensor_cost(e, strategy, p in set(cone) or S._same_layout(p, strategy, plan),
+                                     problem.devices, counts)
+                value += 0.0 if (t, problem.devices) in gathered and np.isfinite(cost) else cost
         if cone[0] in dup:
             value -= saving
         best = min(best, value)
@@ -60,12 +60,19 @@ def test_scip_finds_the_milp_optimum(name):
         S = SfbSolver(sim)
         problems = [p for p in S.problems(strategy) if len(p.cone) <= 10]
         assert len(problems) >= 6
-        for p in problems:
-            solution = S.solve(p, strategy)
+        solved = [S.solve(p, strategy) for p in problems]
+        for p, solution in zip(problems, solved):
             assert solution.status == "optimal"
             assert solution.objective_s == pytest.approx(brute_force(S, p, strategy), abs=1e-9), p.gradient
-            assert (solution.objective_s < 0) == bool(solution.ops)
             assert not solution.ops or p.producer in solution.ops
+        # The second round: factors other cuts gather (to the same devices) are free. Priced here
+        # as if every cone were duplicated whole, so many factors are.
+        gathered = frozenset((t, p.devices) for p in S.problems(strategy) for t in S._gathers(p.cone))
+        assert gathered, name
+        for p in problems:
+            again = S.solve(p, strategy, gathered)
+            assert again.objective_s == pytest.approx(brute_force(S, p, strategy, gathered), abs=1e-9), p.gradient
+            assert again.objective_s <= S.solve(p, strategy).objective_s + 1e-12
 
 
 def test_sufficient_factors_win_at_small_batch_and_lose_at_large():
@@ -99,13 +106,17 @@ def test_apply_sfb_never_slows_a_plan_down():
         kept = 0
         for plan in plans:
             out = apply_sfb(sim, plan)
-            assert out.after_s <= out.before_s
+            assert out.before_s == pytest.approx(sim.simulate(plan).iteration_time_s)
             assert out.after_s == pytest.approx(sim.simulate(out.strategy).iteration_time_s)
-            assert out.kept <= out.proposed <= len(out.solutions)
+            assert out.after_s <= out.before_s
             if out.kept:
                 kept += 1
-                assert out.after_s < out.before_s
                 compile_strategy(PassContext(), a, out.strategy, DeviceMap.local_cpus(2), check=True)
+                # A plan that already carries cuts: solved afresh, never returned slower than given.
+                again = apply_sfb(sim, out.strategy)
+                assert again.before_s == pytest.approx(out.after_s) and again.after_s <= again.before_s
+                worse = plan.with_sfb_cuts(out.strategy.sfb[:1])
+                assert apply_sfb(sim, worse).after_s <= sim.simulate(worse).iteration_time_s
             assert json.loads(json.dumps(out.to_dict()))["kept"] == out.kept
         if name != "cnn":
             assert kept >= 2, name

@@ -21,6 +21,8 @@ def register(sub) -> None:
                    help="the strategy creator: MCTS (default) or the greedy local search")
     p.add_argument("--prior", choices=("uniform", "gnn"), default="uniform",
                    help="MCTS prior: uniform (pure MCTS; default until trained GNN weights ship) or the GNN")
+    p.add_argument("--weights", help="GNN weights file for --prior gnn (default: $TAG_TF_GNN_WEIGHTS, else the "
+                                     "shipped weights; `tag-tf train-gnn` writes one)")
     p.add_argument("--seed", type=int, default=0, help="MCTS seed (ties, GNN initialisation)")
     p.add_argument("--sfb", action=argparse.BooleanOptionalAction, default=True,
                    help="sufficient factor broadcasting after the search: per replicated gradient, an SCIP "
@@ -55,8 +57,11 @@ def run(args) -> int:
     if args.search == "mcts":
         from tag_tf.search.mcts import MctsOptions, mcts_search
 
+        if args.weights and args.prior != "gnn":
+            raise StrategyError("--weights is for the GNN prior: add --prior gnn")
         result = mcts_search(sim, topology, MctsOptions(budget_s=args.budget, iterations=args.iterations,
-                                                        seed=args.seed, progress=not args.json), prior=args.prior)
+                                                        seed=args.seed, progress=not args.json), prior=args.prior,
+                             weights=args.weights)
         search = {"search": "mcts", "prior": args.prior, "seed": args.seed, "iterations": result.iterations,
                   "iterations_to_beat_dp": result.iterations_to_beat_dp, "time_to_beat_dp_s": result.time_to_beat_dp_s,
                   "fell_back_to_baseline": result.fell_back}
@@ -72,13 +77,16 @@ def run(args) -> int:
                             f"(batch {analysis.batch_size})")
     sfb = {"enabled": False}
     if args.sfb:
-        from tag_tf.search.sfb import duplicated_op_types, with_sfb
+        from tag_tf.search.sfb import best_with_sfb, duplicated_op_types
 
-        result, outcome = with_sfb(sim, topology, result)
+        result, outcome = best_with_sfb(sim, topology, result)
         sfb = {"enabled": True, **outcome.to_dict(),
                "duplicated_op_types": duplicated_op_types(analysis.for_strategy(result.strategy), result.strategy)}
         simulations += outcome.simulations
         seconds += outcome.total_s
+        # A baseline with SFB may have beaten the plan with SFB: then that baseline is the plan.
+        search["fell_back_to_baseline"] = bool(search["fell_back_to_baseline"] or getattr(result, "fell_back", False)
+                                               or result.strategy.name.endswith("+sfb"))
     if args.out:
         result.strategy.save(args.out)
     out = {"model": loaded.source, "topology": topology.name, "calibration": sim.calibration_name, "simulated": True,
