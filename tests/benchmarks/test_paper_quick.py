@@ -29,7 +29,13 @@ def test_paper_harness_quick(tmp_path):
     # auto is never slower than the baselines it searches against (the one-GPU expert is not one)
     assert relative["expert (one GPU)"] == 1.0 and relative["auto"] >= max(relative["dp"] or 0, relative["horovod"] or 0)
     assert homogeneous["paper_relative_to_expert"] is None           # tiny model: no paper figure beside
+    overhead = json.loads((tmp_path / "paper_overhead.json").read_text())
+    assert set(overhead["rows"]) == {"mlp", "cnn", "transformer"} and overhead["paper_minutes"] is None
+    assert all(r["total_s"] >= r["mcts_s"] > 0 for r in overhead["rows"].values())
+    sfb = json.loads((tmp_path / "paper_sfb.json").read_text())
+    assert all(r["simulated_s"]["dp+sfb"] <= r["simulated_s"]["dp"] for r in sfb["rows"].values())
     text = md.read_text()
     assert "kept above" in text and "kept below" in text and "\nold\n" not in text
-    assert "Homogeneous cluster (QUICK" in text
+    assert "Homogeneous cluster (QUICK" in text and "Planning overhead on unseen topologies (QUICK" in text
+    assert "Sufficient factor broadcasting (QUICK" in text
     assert "QUICK smoke run" in text and (tmp_path / "plots" / "paper_iteration.png").is_file()
