@@ -36,8 +36,8 @@ def strategies(analysis, topology):
     sim = Simulator(analysis, topology)
     dp = baseline("dp", sim.num_groups, topology)
     planned = apply_sfb(sim, dp)
-    solver = SfbSolver(sim)
-    every = dp.with_sfb_cuts([solver.cut_of(s) for s in solver.solve_all(dp) if s.ops])
+    solver = SfbSolver(sim)           # only names the cuts: apply_sfb solved every gradient already
+    every = dp.with_sfb_cuts([solver.cut_of(s) for s in planned.solutions if s.ops])
     plans = {"dp": dp, "dp+sfb": planned.strategy, "dp+sfb-all": every}
     predicted = {k: sim.simulate(v).iteration_time_s for k, v in plans.items()}
     return plans, predicted, planned.to_dict()

@@ -114,7 +114,8 @@ def mp_partition(analysis: Analysis, group: int, parts: int, seed: int = 0) -> d
     return {op: grouping.group_of[op] % parts for op in ops}
 
 
-def validated_duplicates(analysis: Analysis, strategy: Strategy, coloc: "ColocationSets | None" = None) -> frozenset[str]:
+def validated_duplicates(analysis: Analysis, strategy: Strategy, coloc: "ColocationSets | None" = None,
+                         members: Mapping[str, list[str]] | None = None) -> frozenset[str]:
     """The planned ops `strategy.sfb` duplicates, checked against `analysis` (the analysis of the
     strategy's groups): each must be a planned op of a group replicated with AllReduce or PS, and
     none of the ops it hosts may be fed once (an input) or colocated with a variable (PS groups
@@ -125,7 +126,7 @@ def validated_duplicates(analysis: Analysis, strategy: Strategy, coloc: "Colocat
         return dup
     coloc = coloc or ColocationSets(analysis)
     planned = set(analysis.planning.ops)
-    members = analysis.planning.members()
+    members = members if members is not None else analysis.planning.members()
     for cut in strategy.sfb:
         for op in cut.ops:
             where = f"sfb for {cut.gradient}: op {op!r}"

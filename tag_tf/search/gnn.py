@@ -185,6 +185,8 @@ class GraphFeatures:
 class GnnPrior:
     """MCTS's prior callback: the GNN's action probabilities for the next group."""
 
+    name = "gnn"          # how MCTS results name this prior
+
     def __init__(self, model: StrategyGNN, features: GraphFeatures):
         self.model = model.eval()
         self.features = features

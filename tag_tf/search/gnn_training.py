@@ -167,7 +167,6 @@ class Trainer:
         sim = Simulator(analysis, topology)
         features = GraphFeatures(sim, topology, candidate_actions(topology), decision_order(analysis))
         prior = GnnPrior(self.net, features)
-        prior.name = "gnn"
         records: list[VisitRecord] = []
         start = time.perf_counter()
         mcts_search(sim, topology, MctsOptions(budget_s=self.o.search_budget_s, iterations=self.o.iterations,
@@ -266,11 +265,5 @@ def plot_losses(rows: Sequence[dict[str, Any]], path: str) -> None:
     plt.close(fig)
 
 
-def entropy(target: np.ndarray) -> float:
-    """The lowest cross-entropy reachable on a target (what a perfect prior would score)."""
-    p = target[target > 0]
-    return float(-(p * np.log(p)).sum())
-
-
-__all__ = ["HELD_OUT_BASE", "PAPER_MODELS", "Sample", "TrainOptions", "Trainer", "entropy", "loss_on",
+__all__ = ["HELD_OUT_BASE", "PAPER_MODELS", "Sample", "TrainOptions", "Trainer", "loss_on",
            "plot_losses", "read_log", "samples_of", "train_step", "zoo_analysis"]

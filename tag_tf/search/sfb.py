@@ -100,7 +100,6 @@ class SfbSolver:
     """The SFB MILPs of one simulator's graph, costs and cluster (any plan)."""
 
     def __init__(self, sim: Any, time_limit_s: float = 1.0, max_cone: int = MAX_CONE):
-        self.sim = sim
         self.time_limit_s = time_limit_s
         self.max_cone = max_cone
         p = sim.prepared

@@ -85,6 +85,7 @@ class Simulator:
         self._mp_cache: dict[tuple[int, int], dict[str, int]] = {}
         self._op_index = {n: i for i, n in enumerate(analysis.planning.ops)}
         self._coloc_sets = None
+        self._hosted: dict[str, list[str]] | None = None     # planned op -> its ops (SFB checks)
         D = topology.num_devices
         self._num_devices = D
         self._link_names = self.prepared["link_names"]
@@ -173,7 +174,9 @@ class Simulator:
         dup = None
         if strategy.sfb:
             dup = np.zeros(len(self._op_index), dtype=np.uint8)
-            for op in validated_duplicates(self.analysis, strategy, self.colocation):
+            if self._hosted is None:         # checked on every SFB plan simulated: built once
+                self._hosted = self.analysis.planning.members()
+            for op in validated_duplicates(self.analysis, strategy, self.colocation, self._hosted):
                 dup[self._op_index[op]] = 1
         return (ptr, np.asarray(devs, dtype=np.int32), options, shares, mp, int(strategy.fusion_bytes or 0),
                 bool(strategy.sync_after_backward), dup)
