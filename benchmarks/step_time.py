@@ -1,19 +1,23 @@
-"""Real step time of the rewritten graph on this machine, side by side, MEASURED (not simulated).
+"""Real step time of the rewritten graph next to TensorFlow's own strategies, MEASURED (not simulated).
 
-Each configuration runs in its own process(es), on the same zoo model (`--tiny`, dynamic batch),
-the same initial weights (the model's seeded initialisers), the same batches (seeded) and the same
-optimizer; global batch `--batch`; median/min/max of `--steps` timed steps after `--warmup`:
+Each configuration runs in its own process(es), on the same zoo model (dynamic batch; the cnn `--tiny`,
+the transformer 2 layers, 32 tokens, width 128, the others `--tiny`), the same initial weights (the
+model's seeded initialisers), the same batches (seeded) and SGD with momentum 0.9; global batch
+`--batch`; median/min/max of `--steps` timed steps after `--warmup`:
 
-  tf1-single          the plain TF1 graph in one session, one CPU device
-  tag-dp-local2       tag_tf.distribute(strategy="dp", topology="local:2"), one process
-  tag-horovod-local2  the same with fused buckets (strategy="horovod")
-  tag-dp-2proc-client two `tag-tf server` processes (1 CPU each) and a client process that only drives
-  tag-dp-2proc-tfconfig  the same script on two tasks with TF_CONFIG: the chief's own device works,
-                      no third process (the cluster-conventions way)
-  tag-horovod-2proc-tfconfig  the same with fused buckets
+  tf1-single             the plain TF1 graph in one session, one CPU device
+  tf2-single             a TF2 tf.function step, one CPU device (benchmarks/peers.py)
+  tag-{dp,horovod,auto}-local2      tag_tf.distribute(strategy=..., topology="local:2"), one process
+  mirrored-local2        tf.distribute.MirroredStrategy over 2 logical CPU devices, one process
+  tag-{dp,horovod,auto}-2proc-tfconfig   the same script on two tasks, each started with its own
+                         TF_CONFIG (chief + worker): the chief plans and drives, its own device works
+  mwms-2proc             MultiWorkerMirroredStrategy, two tasks with TF_CONFIG, half the batch each
+  horovod-2proc          Horovod (Gloo) under horovodrun, hvd.DistributedOptimizer, half the batch
+                         each; reported as absent when horovod is not installed
 
-Also reported: the first step's time (capture, analysis, planning, compilation, migration), first
-and last loss. MirroredStrategy / MultiWorkerMirroredStrategy / Horovod are not in this run yet.
+Also reported: the first step's time (for tag_tf: capture, analysis, planning, compilation,
+migration), the first and last loss, and the bytes that crossed the loopback interface per timed
+step (every process's traffic: collectives, feeds relayed to other tasks, gRPC framing).
 
 Usage: python benchmarks/step_time.py [--quick] [--models cnn,transformer]
 Writes benchmarks/results/step_time.json.
@@ -21,34 +25,53 @@ Writes benchmarks/results/step_time.json.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import platform
-import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-CONFIGS = ("tf1-single", "tag-dp-local2", "tag-horovod-local2", "tag-dp-2proc-client", "tag-dp-2proc-tfconfig",
-           "tag-horovod-2proc-tfconfig")
+from benchmarks import peers  # noqa: E402
+
+CONFIGS = ("tf1-single", "tf2-single", "tag-dp-local2", "tag-horovod-local2", "tag-auto-local2", "mirrored-local2",
+           "tag-dp-2proc-tfconfig", "tag-horovod-2proc-tfconfig", "tag-auto-2proc-tfconfig", "mwms-2proc",
+           "horovod-2proc")
+COMMON = dict(tiny=True, dynamic_batch=True, dropout=0.0, optimizer="momentum")
+MODEL_KWARGS = {"transformer": dict(COMMON, input_size=32, d_model=128, d_ff=512, num_heads=4, num_layers=2)}
+TIMEOUT_S = 900
 
 
-def train(model_name: str, batch: int, warmup: int, steps: int, distribute_kwargs: dict | None) -> dict:
-    """One process's training loop (the chief's, under TF_CONFIG); returns its timings."""
+def model_kwargs(model: str) -> dict:
+    return MODEL_KWARGS.get(model, COMMON)
+
+
+def batches_for(model_name: str, batch: int, count: int) -> list[dict]:
+    from tag_tf.models import build_model
+
+    model = build_model(model_name, **model_kwargs(model_name))
+    rng = np.random.default_rng(0)
+    return [model.feed(rng, batch) for _ in range(count)]
+
+
+def train(model_name: str, args: argparse.Namespace, distribute_kwargs: dict | None) -> dict:
+    """One process's TF1 training loop (the chief's, under TF_CONFIG); returns its timings."""
     import contextlib
 
-    import numpy as np
     import tensorflow as tf
 
     import tag_tf
     from tag_tf.models import build_model
 
-    model = build_model(model_name, tiny=True, dynamic_batch=True, dropout=0.0)
-    rng = np.random.default_rng(0)
-    batches = [model.feed(rng, batch) for _ in range(warmup + steps)]
+    model = build_model(model_name, **model_kwargs(model_name))
+    batches = batches_for(model_name, args.batch, args.warmup + args.steps)
     scope = tag_tf.distribute(**distribute_kwargs) if distribute_kwargs is not None else contextlib.nullcontext()
     times, losses = [], []
     with scope:
@@ -58,93 +81,155 @@ def train(model_name: str, batch: int, warmup: int, steps: int, distribute_kwarg
         config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=120_000)
         with tf.compat.v1.Session(graph=graph, config=config) as sess:
             sess.run(model.init_op)
-            for feed in batches:
+            for i, feed in enumerate(batches):
+                if i == args.warmup:
+                    lo_start = peers.loopback_bytes()
                 start = time.perf_counter()
                 _, loss = sess.run([model.train_op, model.loss], feed)
                 times.append(time.perf_counter() - start)
                 losses.append(float(loss))
-    timed = times[warmup:]
-    return {"first_step_s": times[0], "median_ms": statistics.median(timed) * 1e3, "min_ms": min(timed) * 1e3,
-            "max_ms": max(timed) * 1e3, "first_loss": losses[0], "last_loss": losses[-1], "steps": len(timed)}
+            lo_end = peers.loopback_bytes()
+            row = peers.summarize(times, losses, args.warmup, lo_end - lo_start)
+            if args.breakdown:     # more steps, traced after the timed ones (so they change none of them)
+                row["breakdown"] = peers.traced_step(lambda: sess.run(model.train_op, batches[0]))
+    return row
 
 
-def _child(config: str, model: str, args: argparse.Namespace, env: dict | None = None) -> subprocess.Popen:
-    cmd = [sys.executable, os.path.abspath(__file__), "--run", config, "--models", model, "--batch", str(args.batch),
-           "--warmup", str(args.warmup), "--steps", str(args.steps)]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env or dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _child(config: str, model: str, args: argparse.Namespace, env: dict, prefix: list[str] | None = None,
+           extra: list[str] | None = None) -> subprocess.Popen:
+    cmd = (prefix or []) + [sys.executable, os.path.abspath(__file__), "--run", config, "--models", model,
+                            "--batch", str(args.batch), "--warmup", str(args.warmup), "--steps", str(args.steps)]
+    if args.breakdown:
+        cmd.append("--breakdown")
+    return subprocess.Popen(cmd + (extra or []), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
 def _result(proc: subprocess.Popen, what: str) -> dict:
-    out, err = proc.communicate(timeout=900)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return {"error": f"{what} did not finish in {TIMEOUT_S} s"}
     if proc.returncode != 0:
         return {"error": f"{what} exited {proc.returncode}: {err.strip().splitlines()[-1] if err.strip() else ''}"}
     return json.loads(out.strip().splitlines()[-1])
 
 
-def measure(config: str, model: str, args: argparse.Namespace) -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=tempfile.mkdtemp(prefix="tag_tf_bench_"))
-    env.pop("TF_CONFIG", None)
-    if not config.endswith("2proc-tfconfig"):
-        return _result(_child(config, model, args, env), config)
+def _mean_losses(rows: list[dict]) -> dict:
+    """The first process's timings; losses averaged over the processes (each saw an equal shard)."""
+    errors = [row["error"] for row in rows if "error" in row]
+    if errors:
+        return {"error": "; ".join(errors)}
+    return dict(rows[0], first_loss=sum(r["first_loss"] for r in rows) / len(rows),
+                last_loss=sum(r["last_loss"] for r in rows) / len(rows), processes=len(rows))
+
+
+def _tf_config_pair(config: str, model: str, args: argparse.Namespace, env: dict, roles: tuple[str, str]) -> list:
     from tag_tf.runtime.cluster import free_ports
 
     ports = free_ports(2)
-    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}
-    procs = []
-    for task in ({"type": "worker", "index": 0}, {"type": "chief", "index": 0}):
-        procs.append(_child(config, model, args, dict(env, TF_CONFIG=json.dumps({"cluster": cluster, "task": task}))))
-    worker_out, worker_err = procs[0].communicate(timeout=900)
-    chief = _result(procs[1], "the chief")
-    if procs[0].returncode != 0:
-        chief = {"error": f"the worker exited {procs[0].returncode}"}
-    return chief
+    cluster: dict[str, list[str]] = {}
+    for role, port in zip(roles, ports):
+        cluster.setdefault(role, []).append(f"127.0.0.1:{port}")
+    tasks = [{"type": role, "index": cluster[role].index(f"127.0.0.1:{port}")} for role, port in zip(roles, ports)]
+    return [_child(config, model, args, dict(env, TF_CONFIG=json.dumps({"cluster": cluster, "task": task})))
+            for task in tasks]
+
+
+def measure(config: str, model: str, args: argparse.Namespace) -> dict:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=tempfile.mkdtemp(prefix="tag_tf_bench_"))
+    env.pop("TF_CONFIG", None)
+    if config.endswith("2proc-tfconfig"):
+        chief, worker = _tf_config_pair(config, model, args, env, ("chief", "worker"))
+        row = _result(chief, "the chief")
+        try:                    # the worker serves until the chief ends the run, then exits 0
+            _, err = worker.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            err = "still running"
+        if worker.returncode != 0 and "error" not in row:
+            row = {"error": f"the worker exited {worker.returncode}: {err.strip().splitlines()[-1] if err else ''}"}
+        return row
+    if config == "mwms-2proc":
+        procs = _tf_config_pair(config, model, args, env, ("worker", "worker"))
+        return _mean_losses([_result(proc, f"worker {i}") for i, proc in enumerate(procs)])
+    if config == "horovod-2proc":
+        horovodrun = shutil.which("horovodrun", path=os.path.dirname(sys.executable)) or shutil.which("horovodrun")
+        if horovodrun is None:
+            return {"absent": "horovod is not installed (README: the optional Horovod build line)"}
+        out_dir = tempfile.mkdtemp(prefix="tag_tf_hvd_")
+        proc = _child(config, model, args, env, prefix=[horovodrun, "-np", "2", "-H", "localhost:2", "--gloo"],
+                      extra=["--out", out_dir])
+        try:
+            _, err = proc.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return {"error": f"horovodrun did not finish in {TIMEOUT_S} s"}
+        files = sorted(glob.glob(os.path.join(out_dir, "rank*.json")))
+        if proc.returncode != 0 or len(files) != 2:
+            return {"error": f"horovodrun exited {proc.returncode}: {err.strip().splitlines()[-1] if err.strip() else ''}"}
+        rows = [json.load(open(f)) for f in files]
+        return _mean_losses(rows)
+    return _result(_child(config, model, args, env), config)
 
 
 def run_in_this_process(config: str, model: str, args: argparse.Namespace) -> dict:
     if config == "tf1-single":
-        return train(model, args.batch, args.warmup, args.steps, None)
-    if config == "tag-dp-local2":
-        return train(model, args.batch, args.warmup, args.steps, dict(strategy="dp", topology="local:2"))
-    if config == "tag-horovod-local2":
-        return train(model, args.batch, args.warmup, args.steps, dict(strategy="horovod", topology="local:2"))
+        return train(model, args, None)
+    if config.startswith("tag-") and config.endswith("-local2"):
+        return train(model, args, dict(strategy=config.split("-")[1], topology="local:2"))
     if config.endswith("2proc-tfconfig"):        # TF_CONFIG says the rest
-        return train(model, args.batch, args.warmup, args.steps, dict(strategy=config.split("-")[1]))
-    if config == "tag-dp-2proc-client":
-        from tag_tf.runtime.cluster import local_cluster
-
-        with local_cluster(2, 1) as (spec, _):
-            return train(model, args.batch, args.warmup, args.steps, dict(strategy="dp", cluster=spec))
-    raise SystemExit(f"unknown configuration {config!r}")
+        return train(model, args, dict(strategy=config.split("-")[1]))
+    batches = batches_for(model, args.batch, args.warmup + args.steps)
+    if config == "horovod-2proc":
+        row = peers.run_horovod(model, model_kwargs(model), batches, args.warmup, args.breakdown)
+        with open(os.path.join(args.out, f"rank{row['rank']}.json"), "w") as f:
+            json.dump(row, f)
+        return row
+    return peers.run_tf2(config, model, model_kwargs(model), batches, args.warmup, args.breakdown)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="cnn,transformer")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of: " + ", ".join(CONFIGS))
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--quick", action="store_true", help="2 warm-up and 5 timed steps, cnn only")
+    ap.add_argument("--quick", action="store_true",
+                    help="2 warm-up and 5 timed steps, cnn only, no `auto` rows (their planning is tested elsewhere)")
     ap.add_argument("--out", help="where to write the JSON (default benchmarks/results/step_time[_quick].json)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also trace one extra step per configuration: compute/collectives/transfers/idle per device")
     ap.add_argument("--run", help=argparse.SUPPRESS)          # internal: one configuration, in this process
     args = ap.parse_args()
     if args.run:
         result = run_in_this_process(args.run, args.models, args)
         print(json.dumps(result))
         return
+    configs = args.configs.split(",")
     if args.quick:
         args.models, args.warmup, args.steps = "cnn", 2, 5
+        configs = [c for c in configs if "-auto-" not in c]
+    unknown = sorted(set(configs) - set(CONFIGS))
+    if unknown:
+        raise SystemExit(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
     rows = {}
     for model in args.models.split(","):
-        for config in CONFIGS:
+        for config in configs:
             row = measure(config, model, args)
             rows[f"{model}/{config}"] = row
-            shown = (f"{row['median_ms']:.1f} ms (min {row['min_ms']:.1f}, max {row['max_ms']:.1f}), first step "
-                     f"{row['first_step_s']:.2f} s, loss {row['first_loss']:.4f} -> {row['last_loss']:.4f}"
-                     if "error" not in row else row["error"])
-            print(f"{model:12s} {config:24s} {shown}", flush=True)
+            if "median_ms" in row:
+                shown = (f"{row['median_ms']:.1f} ms (min {row['min_ms']:.1f}, max {row['max_ms']:.1f}), first step "
+                         f"{row['first_step_s']:.2f} s, loss {row['first_loss']:.4f} -> {row['last_loss']:.4f}, "
+                         f"loopback {row.get('loopback_bytes_per_step', 0) / 1e3:.0f} kB/step")
+            else:
+                shown = row.get("error") or row.get("absent")
+            print(f"{model:12s} {config:26s} {shown}", flush=True)
     out = {"measured": True, "machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-           "batch": args.batch, "warmup": args.warmup, "steps": args.steps, "rows": rows}
+           "batch": args.batch, "warmup": args.warmup, "steps": args.steps, "optimizer": "momentum 0.9",
+           "model_kwargs": {m: model_kwargs(m) for m in args.models.split(",")}, "rows": rows}
     name = "step_time_quick.json" if args.quick else "step_time.json"
     path = args.out or os.path.join(ROOT, "benchmarks", "results", name)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -6,7 +6,8 @@ A plain TF1 script; tag_tf adds one line (marked below). `--plain` skips that li
     python examples/cnn_monitored_session.py --steps 100 --model-dir /tmp/cnn
     python examples/cnn_monitored_session.py --steps 100 --model-dir /tmp/cnn --plain
 
-MonitoredTrainingSession restores the latest checkpoint in --model-dir, so a second run continues.
+MonitoredTrainingSession restores the latest checkpoint in --model-dir, so a second run continues
+(also on fewer machines: tag_tf re-plans for what is there, checkpoints do not depend on the plan).
 """
 import argparse
 import contextlib
@@ -43,6 +44,9 @@ class PrintLoss(tf.compat.v1.train.SessionRunHook):
     def __init__(self, loss, global_step):
         self._fetches = {"loss": loss, "step": global_step}
 
+    def after_create_session(self, session, coord):
+        print(f"starting at global step {session.run(self._fetches['step'])}", flush=True)
+
     def before_run(self, run_context):
         return tf.compat.v1.train.SessionRunArgs(self._fetches)
 
@@ -73,7 +77,7 @@ def main(args):
     hooks = [tf.compat.v1.train.StopAtStepHook(num_steps=args.steps), PrintLoss(loss, global_step)]
     with tf.compat.v1.train.MonitoredTrainingSession(
             checkpoint_dir=args.model_dir, hooks=hooks, scaffold=tf.compat.v1.train.Scaffold(),
-            save_checkpoint_steps=max(1, args.steps // 2) if args.model_dir else None,
+            save_checkpoint_steps=(args.save_steps or max(1, args.steps // 2)) if args.model_dir else None,
             save_summaries_steps=max(1, args.steps // 2) if args.model_dir else None,
             log_step_count_steps=None) as sess:
         while not sess.should_stop():
@@ -88,6 +92,7 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tiny", action="store_true", help="small sizes (tests)")
     p.add_argument("--model-dir", default=None, help="checkpoints and summaries (a second run continues)")
+    p.add_argument("--save-steps", type=int, default=0, help="steps between checkpoints (default: steps / 2)")
     p.add_argument("--strategy", default="auto", help="tag_tf strategy: auto, dp, dp-p or a plan JSON")
     p.add_argument("--plain", action="store_true", default=bool(os.environ.get("TAG_TF_PLAIN")),
                    help="run without tag_tf (also: TAG_TF_PLAIN=1)")

@@ -6,9 +6,16 @@ A plain TF1 script; tag_tf adds one line (marked below). `--plain` skips that li
     python examples/mnist_mlp_session.py --steps 100 --model-dir /tmp/mnist --plain
 
 Each run continues from the latest checkpoint in --model-dir and saves one at the end.
+
+On a cluster, the same command runs on every task. tag_tf reads TF_CONFIG when it is set; the
+launchers that do not set it are reached through a TensorFlow ClusterResolver:
+
+    --resolver slurm                      # srun: SLURM_PROCID, SLURM_STEP_NODELIST, ... (port --port-base + i)
+    --resolver simple --cluster-spec '{"chief": ["h0:2222"], "worker": ["h1:2222"]}' --task worker:0
 """
 import argparse
 import contextlib
+import json
 import os
 
 import numpy as np
@@ -67,6 +74,22 @@ def main(args):
             print(f"saved {path}")
 
 
+def cluster_resolver(args):
+    """The ClusterResolver named on the command line (None: TF_CONFIG when set, else this machine)."""
+    resolvers = tf.distribute.cluster_resolver
+    if args.resolver == "slurm":
+        # The resolver hands out tasks by GPU slots (one GPU each here); on CPU-only nodes it would
+        # find no slot and ask nvidia-smi, so give it room for any number of tasks per node.
+        gpus = len(tf.config.list_physical_devices("GPU"))
+        return resolvers.SlurmClusterResolver(port_base=args.port_base, gpus_per_node=gpus or 1024,
+                                              gpus_per_task=1, auto_set_gpu=bool(gpus))
+    if args.resolver == "simple":
+        task_type, _, index = args.task.partition(":")
+        return resolvers.SimpleClusterResolver(tf.train.ClusterSpec(json.loads(args.cluster_spec)),
+                                               task_type=task_type, task_id=int(index))
+    return None
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=100)
@@ -78,10 +101,15 @@ def parse_args():
     p.add_argument("--strategy", default="auto", help="tag_tf strategy: auto, dp, dp-p or a plan JSON")
     p.add_argument("--plain", action="store_true", default=bool(os.environ.get("TAG_TF_PLAIN")),
                    help="run without tag_tf (also: TAG_TF_PLAIN=1)")
+    p.add_argument("--resolver", choices=("slurm", "simple"), help="take the cluster from this ClusterResolver")
+    p.add_argument("--port-base", type=int, default=8888, help="--resolver slurm: first port on each node")
+    p.add_argument("--cluster-spec", help="--resolver simple: JSON {job: [host:port, ...]}")
+    p.add_argument("--task", default="worker:0", help="--resolver simple: this task, JOB:INDEX")
     return p.parse_args()
 
 
 if __name__ == "__main__":
     args = parse_args()
-    with contextlib.nullcontext() if args.plain else tag_tf.distribute(strategy=args.strategy):  # the one line
+    with (contextlib.nullcontext() if args.plain else
+          tag_tf.distribute(strategy=args.strategy, cluster=cluster_resolver(args))):  # the one line
         main(args)

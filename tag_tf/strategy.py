@@ -164,11 +164,11 @@ class Strategy:
 
     @classmethod
     def load(cls, path: str) -> "Strategy":
+        from tag_tf.datafiles import PLAN_FILE_LIMIT, read_text
+
+        text = read_text(path, "strategy", PLAN_FILE_LIMIT, StrategyError)
         try:
-            with open(path) as f:
-                data = json.load(f)
-        except OSError as e:
-            raise StrategyError(f"{path}: cannot read strategy ({e.strerror})") from None
+            data = json.loads(text)
         except json.JSONDecodeError as e:
             raise StrategyError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
         return cls.from_dict(data, source=path)

@@ -507,6 +507,10 @@ class GraphBuilder:
                     outs.append(self.f.const(f"tag/global/{ref.op}", value, src.outputs[k].base_dtype,
                                              self.devices[device]) + ":0")
                 return outs
+            if src.type in SHAPE_OPS:
+                outs = self._global_shapes(ref.op, device)
+                if outs is not None:
+                    return outs
             name = self.f.unique(f"tag/global/{ref.op}")
             self._recompute_depth += 1
             try:
@@ -514,6 +518,42 @@ class GraphBuilder:
             finally:
                 self._recompute_depth -= 1
         return self._memo_get(("recompute", ref.op, device), build)[ref.index]
+
+    def _global_shapes(self, op: str, device: int) -> list[str] | None:
+        """Whole-batch Shape/ShapeN/Size outputs of `op` at run time, without moving the data.
+
+        Recomputing the op on one device would gather its split input (a Concat of every shard)
+        only to read its shape: one activation-sized transfer per layer-norm gradient per step.
+        Instead, take the shape of a shard (the one on `device` when there is one), which differs
+        from the whole only along the batch axis, and put the global row count there. None when an input is not a plain split
+        tensor (the caller recomputes).
+        """
+        src = self.graph.op(op)
+        dev = self.devices[device]
+        outs = []
+        for k, ref in enumerate(src.inputs if src.type == "ShapeN" else src.inputs[:1]):
+            state, tb = self.state_of(ref), self.a.batch.of(ref)
+            if state.kind is not Kind.SPLIT or tb.irregular or tb.axis != state.axis:
+                return None
+            out_type = src.outputs[k].base_dtype
+            play = self.placement.of(ref.op)
+            j = play.devices.index(device) if device in play.devices else 0    # a shard already there
+            base = f"tag/global/{op}/{k}"
+            shard_shape = self.f.shape(f"{base}/shard_shape", self.out(ref, j), self._dtype(ref),
+                                       self.devices[play.devices[j]])
+            rows = self.f.node(f"{base}/rows", "Reshape",
+                               [self._global_rows(tb.mult, dev), self._c1(base, 1, dev)], dev,
+                               T=("type", "int32"), Tshape=("type", "int32"))
+            shape = self.f.node(f"{base}/shape", "TensorScatterUpdate",
+                                [shard_shape, self.f.const(f"{base}/axis", [[tb.axis]], "int32", dev), rows], dev,
+                                T=("type", "int32"), Tindices=("type", "int32"))
+            if src.type == "Size":
+                shape = self.f.node(f"{base}/size", "Prod", [shape, self.f.const(f"{base}/dims", [0], "int32", dev)],
+                                    dev, T=("type", "int32"), Tidx=("type", "int32"), keep_dims=("bool", False))
+            if out_type != "int32":
+                shape = self.f.cast(f"{base}/cast", shape, "int32", out_type, dev)
+            outs.append(shape + ":0")
+        return outs
 
     # -- helpers ----------------------------------------------------------------------------------
     def _memo_get(self, key: tuple, build):

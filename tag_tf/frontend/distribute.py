@@ -147,6 +147,10 @@ class Distribution:
                                      self.options["trusted_network"])
         if self.target.role is not None:
             self._join_cluster(self.target.role)     # a non-chief task never returns from here
+        if self.target.discover:
+            from tag_tf.frontend.planning import default_cache_dir
+
+            self.target = self.target.discovered(self.options["cache_dir"] or default_cache_dir())
         self._start_logging()
         self._active = True
         install(self)
@@ -232,6 +236,8 @@ class Distribution:
                 if (info.updates or self.options["inference"]) and any(n in info.state_init for n in names):
                     with self._lock:
                         self._state(sess).replay.append(_by_name(targets, fetches, feeds))
+                if info.updates and info.restore_prefixes and any(n in info.restores for n in names):
+                    feeds = _readable_restore(feeds, info.restore_prefixes)
                 return original(sess, None, targets, fetches, feeds, options, run_metadata)
             if sess.graph in self._fallen_back:
                 return original(sess, None, targets, fetches, feeds, options, run_metadata)
@@ -384,6 +390,23 @@ class Distribution:
 def _by_name(targets: Sequence[Any], fetches: Sequence[Any], feeds: Mapping[Any, Any]
              ) -> tuple[list[str], list[str], dict[str, Any]]:
     return [op.name for op in targets], [t.name for t in fetches], _feeds_by_name(feeds)
+
+
+def _readable_restore(feeds: Mapping[Any, Any], prefixes: frozenset[str]) -> Mapping[Any, Any]:
+    """A restore's feeds with each fed checkpoint path replaced by the newest readable checkpoint
+    (itself, unless it is damaged): a run resumes from a checkpoint that reads back whole or not at all."""
+    from tag_tf.runtime.checkpoints import readable_checkpoint
+
+    out = dict(feeds)
+    for key, value in feeds.items():
+        if (key.deref() if hasattr(key, "deref") else key).name not in prefixes:
+            continue
+        path = value.item() if isinstance(value, np.ndarray) else value
+        path = path.decode() if isinstance(path, bytes) else str(path)
+        chosen = readable_checkpoint(path)
+        if chosen != path:
+            out[key] = np.asarray(chosen, dtype=value.dtype) if isinstance(value, np.ndarray) else chosen
+    return out
 
 
 def _feeds_by_name(feeds: Mapping[Any, Any]) -> dict[str, Any]:

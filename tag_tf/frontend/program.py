@@ -36,6 +36,8 @@ class GraphInfo:
     state_init: frozenset[str]         # ops that run an iterator/table initialiser
     queue: frozenset[str]              # ops that run an enqueue/dequeue (graphs with queue runners only)
     batch_dependent: frozenset[str] = frozenset()   # ops downstream of a batch source (inference runs)
+    restores: frozenset[str] = frozenset()          # ops downstream of a checkpoint read (RestoreV2)
+    restore_prefixes: frozenset[str] = frozenset()  # tensors naming the checkpoint a RestoreV2 reads
 
     @staticmethod
     def of(graph: Any) -> "GraphInfo":
@@ -68,9 +70,11 @@ class GraphInfo:
         if updates and graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS):
             queue = downstream(op.name for op in ops if op.type.startswith(("QueueEnqueue", "QueueDequeue")))
         sources = (op.name for op in ops if op.type in _BATCH_SOURCES and op.outputs and op.outputs[0].shape.rank)
+        restores = [op for op in ops if op.type in ("RestoreV2", "Restore", "RestoreSlice")]
         return GraphInfo(graph.version, updates, downstream(updates), collection,
                          downstream(op.name for op in ops if op.type in _STATE_INIT_OPS), queue,
-                         downstream(sources))
+                         downstream(sources), downstream(op.name for op in restores),
+                         frozenset(op.inputs[0].name for op in restores))
 
     def training_roots(self, names: Sequence[str]) -> list[str]:
         """The fetched ops that make a run a training run (GraphError for a TRAIN_OP op that trains
@@ -263,5 +267,10 @@ class Runner:
         return [by_name[n] for n in names]
 
     def close(self) -> None:
-        self.session.close()
+        from tag_tf.runtime.sessions import close_within
+
+        if self.program.target.cluster is None:
+            self.session.close()
+        else:       # never stuck on a dead task: a run that lost one has already named it
+            close_within(self.session.close, "the compiled session")
 

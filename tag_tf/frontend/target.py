@@ -21,6 +21,7 @@ class Target:
     num_cpus: int = 1          # virtual CPU devices this process needs (local runs)
     role: Any = None           # tag_tf.runtime.roles.Role: cluster from TF_CONFIG or a ClusterResolver
     local_server: str = ""     # target of this process's own server (the chief's): its master is in-process
+    discover: bool = False     # no topology was given: take it from the running servers (`discovered`)
 
     @property
     def session_target(self) -> str:
@@ -32,6 +33,24 @@ class Target:
         if self.cluster is not None:
             self.cluster.check()
 
+    def discovered(self, cache_dir: str | None) -> "Target":
+        """With `discover`: this target on the topology its servers report (devices, measured links)."""
+        if not self.discover or self.cluster is None:
+            return self
+        import logging
+
+        from tag_tf.profile.discovered import discover
+
+        self.cluster.check()            # a task that is not up is named now, not after a read deadline
+        topo, report = discover(self.cluster, cache_dir=cache_dir)
+        links = report["links"]
+        logging.getLogger("tag_tf.distribute").info(
+            "tag_tf: cluster topology %r from its servers (%d device(s)%s)", topo.name, topo.num_devices,
+            "" if links is None else f"; links {links['bandwidth'] * 8 / 1e9:.3g} Gbps, "
+            f"{links['latency'] * 1e6:.0f} us{', cached' if report['cached'] else ', measured'}")
+        replaced = cluster_target(topo, self.cluster, self.role)
+        return dataclasses.replace(replaced, local_server=self.local_server)
+
     def config(self, user_config: Any = None) -> Any:
         """The user's ConfigProto with this target's devices (and the cluster's settings)."""
         import tensorflow as tf
@@ -40,6 +59,9 @@ class Target:
         if user_config is not None:
             config.CopyFrom(user_config)
         if self.cluster is not None:
+            # The compiled graph spans every task: filters the user's code set for its own graph
+            # (Estimator's RunConfig under TF_CONFIG keeps a chief to itself) would hide them.
+            del config.device_filters[:]
             config.MergeFrom(self.cluster.session_config())
         else:
             config.device_count["CPU"] = max(self.num_cpus, config.device_count.get("CPU", 1))
@@ -89,20 +111,28 @@ def resolve_target(topology: Any = None, cluster: Any = None, trusted_network: b
     if cluster is not None:
         spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.load(os.fspath(cluster))
         check_trusted(spec, trusted_network)
+        # Without a topology, a placeholder until the servers are asked (`Target.discovered`).
         topo = cpu_topology(len(spec.tasks), spec.cpus_per_task) if topology is None else load_topology(topology)
-        if topo.num_machines != len(spec.tasks):
-            raise TopologyError(f"topology {topo.name!r} has {topo.num_machines} machine(s) but the cluster has "
-                                f"{len(spec.tasks)} task(s); task i runs machine i, so they must match")
-        for m in topo.machines:
-            if all(g.type == "cpu" for g in m.gpus) and m.num_gpus > spec.cpus_per_task:
-                raise TopologyError(f"topology {topo.name!r}: machine {m.name!r} has {m.num_gpus} CPU devices "
-                                    f"but the cluster's servers have cpus_per_task={spec.cpus_per_task}")
-        return Target(topo, DeviceMap.for_topology(topo, job=spec.job), spec, role=role)
+        return cluster_target(topo, spec, role, discover=topology is None)
     topo = local() if topology is None else load_topology(topology)
     _check_runs_here(topo)
     if all(d.type == "cpu" for d in topo.devices):
         return Target(topo, DeviceMap.local_cpus(topo.num_devices), None, topo.num_devices)
     return Target(topo, DeviceMap.for_topology(topo, job="localhost"), None, 1)
+
+
+def cluster_target(topo: Any, spec: Any, role: Any = None, discover: bool = False) -> Target:
+    """The Target running `topo` on the servers of `spec` (TopologyError when they do not match)."""
+    from tag_tf.compiler import DeviceMap
+
+    if topo.num_machines != len(spec.tasks):
+        raise TopologyError(f"topology {topo.name!r} has {topo.num_machines} machine(s) but the cluster has "
+                            f"{len(spec.tasks)} task(s); task i runs machine i, so they must match")
+    for m in topo.machines:
+        if all(g.type == "cpu" for g in m.gpus) and m.num_gpus > spec.cpus_per_task:
+            raise TopologyError(f"topology {topo.name!r}: machine {m.name!r} has {m.num_gpus} CPU devices "
+                                f"but the cluster's servers have cpus_per_task={spec.cpus_per_task}")
+    return Target(topo, DeviceMap.for_topology(topo, job=spec.job), spec, role=role, discover=discover)
 
 
 def _check_runs_here(topo: Any) -> None:

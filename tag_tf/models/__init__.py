@@ -11,10 +11,11 @@ from typing import Any
 from tag_tf.errors import ModelError
 from tag_tf.models import bert, cnn, mlp, slim_nets, transformer
 from tag_tf.models.base import InputSpec, ModelGraph
-from tag_tf.models.training import DTYPES, OPTIMIZER_NAMES, BuildOptions, ModelSpec
+from tag_tf.models.training import (DTYPES, OPTIMIZER_NAMES, BuildOptions, ForwardFn, ModelSpec,
+                                   build_training_graph)
 
 __all__ = ["MODEL_NAMES", "PAPER_TABLE", "OPTIMIZER_NAMES", "InputSpec", "ModelGraph", "build_model", "describe",
-           "model_spec"]
+           "model_forward", "model_spec"]
 
 _SPECS: dict[str, ModelSpec] = {
     spec.name: spec
@@ -60,6 +61,23 @@ def build_model(name: str, *, batch_size: int | None = None, input_size: int | N
     Saver so saver_def is filled), sparse_grads (keep IndexedSlices gradients), plus the model's
     own config fields (e.g. num_layers, hidden, vocab_size, weight_decay, aux_logits).
     """
+    forward, config, opts = model_forward(
+        name, batch_size=batch_size, input_size=input_size, tiny=tiny, dtype=dtype, dynamic_batch=dynamic_batch,
+        dropout=dropout, resource_variables=resource_variables, optimizer=optimizer, batch_norm=batch_norm,
+        seed=seed, **overrides)
+    return build_training_graph(name, opts, forward, config)
+
+
+def model_forward(name: str, *, batch_size: int | None = None, input_size: int | None = None, tiny: bool = False,
+                  dtype: str = "float32", dynamic_batch: bool = False, dropout: float | None = None,
+                  resource_variables: bool = True, optimizer: str = "adam", batch_norm: bool | None = None,
+                  seed: int = 0, **overrides: Any) -> tuple[ForwardFn, dict, BuildOptions]:
+    """The forward pass build_model would wrap, with the same arguments and checks.
+
+    Returns (forward, config, opts): forward(inputs) builds the model from `inputs.add(...)` tensors
+    to its scalar loss; a caller outside TF1 graphs (a TF2 tf.function, a distribution strategy)
+    hands it an object whose add() returns its own tensors.
+    """
     spec = model_spec(name)
     if batch_size is None:
         batch_size = TINY_BATCH_SIZE if tiny else spec.batch_size
@@ -89,7 +107,8 @@ def build_model(name: str, *, batch_size: int | None = None, input_size: int | N
         dropout=float(dropout), resource_variables=bool(resource_variables), optimizer=optimizer,
         learning_rate=learning_rate, batch_norm=batch_norm, seed=int(seed),
         with_saver=bool(common.get("with_saver", False)), sparse_grads=bool(common.get("sparse_grads", False)))
-    return spec.build(opts, bool(tiny), overrides)
+    forward, config = spec.make_forward(opts, bool(tiny), overrides)
+    return forward, config, opts
 
 
 def describe(model: ModelGraph) -> dict[str, Any]:

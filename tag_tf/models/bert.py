@@ -14,8 +14,7 @@ import tensorflow as tf
 
 from tag_tf.errors import ModelError
 from tag_tf.models import layers
-from tag_tf.models.base import ModelGraph
-from tag_tf.models.training import BuildOptions, Inputs, ModelSpec, build_training_graph, check_positive, resolve_config
+from tag_tf.models.training import BuildOptions, ForwardFn, Inputs, ModelSpec, check_positive, resolve_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +52,7 @@ def _gather_positions(sequence: tf.Tensor, positions: tf.Tensor, batch_size: tf.
 
 
 def _builder(name: str, base: BertConfig):
-    def build(opts: BuildOptions, tiny: bool, overrides: dict[str, object]) -> ModelGraph:
+    def make_forward(opts: BuildOptions, tiny: bool, overrides: dict[str, object]) -> tuple[ForwardFn, dict]:
         cfg = resolve_config(name, TINY if tiny else base, overrides)
         check_positive(name, num_layers=cfg.num_layers, hidden=cfg.hidden, num_heads=cfg.num_heads,
                        intermediate=cfg.intermediate, vocab_size=cfg.vocab_size, max_position=cfg.max_position,
@@ -117,12 +116,12 @@ def _builder(name: str, base: BertConfig):
                     labels=nsp_labels, logits=tf.cast(nsp_logits, tf.float32)))
             return mlm_loss + nsp_loss
 
-        return build_training_graph(name, opts, forward, dataclasses.asdict(cfg))
+        return forward, dataclasses.asdict(cfg)
 
-    return build
+    return make_forward
 
 
 BERT_SMALL = ModelSpec("bert-small", batch_size=96, input_size=128, tiny_input_size=8, min_input_size=2,
-                       default_dropout=0.1, build=_builder("bert-small", SMALL), input_meaning="sequence length")
+                       default_dropout=0.1, make_forward=_builder("bert-small", SMALL), input_meaning="sequence length")
 BERT_LARGE = ModelSpec("bert-large", batch_size=16, input_size=128, tiny_input_size=8, min_input_size=2,
-                       default_dropout=0.1, build=_builder("bert-large", LARGE), input_meaning="sequence length")
+                       default_dropout=0.1, make_forward=_builder("bert-large", LARGE), input_meaning="sequence length")

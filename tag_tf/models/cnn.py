@@ -7,8 +7,7 @@ import tensorflow as tf
 
 from tag_tf.errors import ModelError
 from tag_tf.models import layers
-from tag_tf.models.base import ModelGraph
-from tag_tf.models.training import BuildOptions, Inputs, ModelSpec, build_training_graph, check_positive, resolve_config
+from tag_tf.models.training import BuildOptions, ForwardFn, Inputs, ModelSpec, check_positive, resolve_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +35,7 @@ def _conv_block(x: tf.Tensor, filters: int, kernel: int, name: str, batch_norm: 
         return tf.nn.max_pool2d(y, ksize=2, strides=2, padding="VALID")
 
 
-def build(opts: BuildOptions, tiny: bool, overrides: dict[str, object]) -> ModelGraph:
+def make_forward(opts: BuildOptions, tiny: bool, overrides: dict[str, object]) -> tuple[ForwardFn, dict]:
     cfg = resolve_config("cnn", TINY if tiny else CNNConfig(), overrides)
     cfg = dataclasses.replace(cfg, filters=tuple(cfg.filters))
     check_positive("cnn", channels=cfg.channels, kernel=cfg.kernel, dense_units=cfg.dense_units,
@@ -58,9 +57,9 @@ def build(opts: BuildOptions, tiny: bool, overrides: dict[str, object]) -> Model
         return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 
     config = dict(dataclasses.asdict(cfg), batch_norm=batch_norm)
-    return build_training_graph("cnn", opts, forward, config)
+    return forward, config
 
 
 # Two 2x2 max-pools: the side must be at least 4.
 SPEC = ModelSpec("cnn", batch_size=64, input_size=28, tiny_input_size=8, min_input_size=4,
-                 default_dropout=0.5, build=build, input_meaning="image side")
+                 default_dropout=0.5, make_forward=make_forward, input_meaning="image side")

@@ -6,8 +6,7 @@ import dataclasses
 import tensorflow as tf
 
 from tag_tf.models import layers
-from tag_tf.models.base import ModelGraph
-from tag_tf.models.training import BuildOptions, Inputs, ModelSpec, build_training_graph, check_positive, resolve_config
+from tag_tf.models.training import BuildOptions, ForwardFn, Inputs, ModelSpec, check_positive, resolve_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +18,7 @@ class MLPConfig:
 TINY = MLPConfig(hidden=(32, 32), num_classes=10)
 
 
-def build(opts: BuildOptions, tiny: bool, overrides: dict[str, object]) -> ModelGraph:
+def make_forward(opts: BuildOptions, tiny: bool, overrides: dict[str, object]) -> tuple[ForwardFn, dict]:
     cfg = resolve_config("mlp", TINY if tiny else MLPConfig(), overrides)
     cfg = dataclasses.replace(cfg, hidden=tuple(cfg.hidden))
     check_positive("mlp", num_classes=cfg.num_classes, **{f"hidden[{i}]": h for i, h in enumerate(cfg.hidden)})
@@ -33,8 +32,8 @@ def build(opts: BuildOptions, tiny: bool, overrides: dict[str, object]) -> Model
         logits = layers.dense(x, cfg.num_classes, "logits")
         return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 
-    return build_training_graph("mlp", opts, forward, dataclasses.asdict(cfg))
+    return forward, dataclasses.asdict(cfg)
 
 
 SPEC = ModelSpec("mlp", batch_size=64, input_size=784, tiny_input_size=32, min_input_size=1,
-                 default_dropout=0.0, build=build, input_meaning="feature count")
+                 default_dropout=0.0, make_forward=make_forward, input_meaning="feature count")

@@ -15,8 +15,7 @@ import tf_slim
 from tf_slim.nets import inception_v3, resnet_v1, vgg
 
 from tag_tf.errors import ModelError
-from tag_tf.models.base import ModelGraph
-from tag_tf.models.training import BuildOptions, Inputs, ModelSpec, build_training_graph, check_positive, resolve_config
+from tag_tf.models.training import BuildOptions, ForwardFn, Inputs, ModelSpec, check_positive, resolve_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +132,7 @@ _NETS = {
 
 
 def _builder(name: str):
-    def build(opts: BuildOptions, tiny: bool, overrides: dict[str, object]) -> ModelGraph:
+    def make_forward(opts: BuildOptions, tiny: bool, overrides: dict[str, object]) -> tuple[ForwardFn, dict]:
         # tiny only shrinks the input side (chosen by the registry); the nets keep their real widths.
         cfg = resolve_config(name, SlimConfig(), overrides)
         check_positive(name, num_classes=cfg.num_classes)
@@ -159,17 +158,17 @@ def _builder(name: str):
                 loss += tf.cast(tf.add_n(regularization), tf.float32)
             return loss
 
-        return build_training_graph(name, opts, forward, dataclasses.asdict(cfg))
+        return forward, dataclasses.asdict(cfg)
 
-    return build
+    return make_forward
 
 
 # Smallest sides that still build: VGG needs pool5 >= 7 (224); Inception-v3's VALID stem needs 75,
 # 107 with the auxiliary head; ResNet's SAME padding builds at any side (a 1x1 map after conv1).
 INCEPTION_AUX_MIN_SIZE = 107
 VGG19 = ModelSpec("vgg19", batch_size=96, input_size=224, tiny_input_size=224, min_input_size=224,
-                  default_dropout=0.5, build=_builder("vgg19"), input_meaning="image side")
+                  default_dropout=0.5, make_forward=_builder("vgg19"), input_meaning="image side")
 RESNET101 = ModelSpec("resnet101", batch_size=96, input_size=224, tiny_input_size=32, min_input_size=1,
-                      default_dropout=0.0, build=_builder("resnet101"), input_meaning="image side")
+                      default_dropout=0.0, make_forward=_builder("resnet101"), input_meaning="image side")
 INCEPTIONV3 = ModelSpec("inceptionv3", batch_size=96, input_size=299, tiny_input_size=75, min_input_size=75,
-                        default_dropout=0.2, build=_builder("inceptionv3"), input_meaning="image side")
+                        default_dropout=0.2, make_forward=_builder("inceptionv3"), input_meaning="image side")

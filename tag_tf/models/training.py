@@ -154,7 +154,12 @@ def check_positive(model: str, **values: int) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    """Registry entry: defaults for build_model and the module-level builder."""
+    """Registry entry: defaults for build_model and the model's forward-pass factory.
+
+    make_forward(opts, tiny, overrides) -> (forward, config): the forward pass (placeholders to
+    scalar loss, through `Inputs`) and the resolved model config. build_model wraps it in the TF1
+    training tail; benchmarks call the same forward from TF2 code (one definition of each model).
+    """
 
     name: str
     batch_size: int                 # default (the paper's where the paper has the model)
@@ -162,5 +167,5 @@ class ModelSpec:
     tiny_input_size: int
     min_input_size: int             # smallest input_size the net builds at
     default_dropout: float
-    build: Callable[[BuildOptions, bool, dict[str, object]], ModelGraph]
+    make_forward: Callable[[BuildOptions, bool, dict[str, object]], tuple[ForwardFn, dict]]
     input_meaning: str = "input size"

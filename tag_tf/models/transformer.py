@@ -13,8 +13,7 @@ import tensorflow as tf
 
 from tag_tf.errors import ModelError
 from tag_tf.models import layers
-from tag_tf.models.base import ModelGraph
-from tag_tf.models.training import BuildOptions, Inputs, ModelSpec, build_training_graph, check_positive, resolve_config
+from tag_tf.models.training import BuildOptions, ForwardFn, Inputs, ModelSpec, check_positive, resolve_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +51,7 @@ def _embed(ids: tf.Tensor, table: tf.Tensor, length: int, cfg: TransformerConfig
     return layers.dropout(x, rate)
 
 
-def build(opts: BuildOptions, tiny: bool, overrides: dict[str, object]) -> ModelGraph:
+def make_forward(opts: BuildOptions, tiny: bool, overrides: dict[str, object]) -> tuple[ForwardFn, dict]:
     cfg = resolve_config("transformer", TINY if tiny else TransformerConfig(), overrides)
     check_positive("transformer", num_layers=cfg.num_layers, d_model=cfg.d_model, num_heads=cfg.num_heads,
                    d_ff=cfg.d_ff, vocab_size=cfg.vocab_size)
@@ -110,8 +109,8 @@ def build(opts: BuildOptions, tiny: bool, overrides: dict[str, object]) -> Model
         weights = tf.cast(tf.not_equal(labels, 0), tf.float32)
         return tf.reduce_sum(xent * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
 
-    return build_training_graph("transformer", opts, forward, dataclasses.asdict(cfg))
+    return forward, dataclasses.asdict(cfg)
 
 
 SPEC = ModelSpec("transformer", batch_size=480, input_size=64, tiny_input_size=8, min_input_size=2,
-                 default_dropout=0.1, build=build, input_meaning="sequence length")
+                 default_dropout=0.1, make_forward=make_forward, input_meaning="sequence length")

@@ -55,11 +55,11 @@ class ClusterSpec:
     def load(cls, path: str) -> "ClusterSpec":
         import yaml
 
+        from tag_tf.datafiles import CLUSTER_FILE_LIMIT, read_text
+
+        text = read_text(path, "cluster file", CLUSTER_FILE_LIMIT, ClusterError)
         try:
-            with open(path) as f:
-                data = yaml.safe_load(f)
-        except OSError as e:
-            raise ClusterError(f"{path}: cannot read cluster file ({e.strerror})") from None
+            data = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise ClusterError(f"{path}: not valid YAML/JSON ({e})") from None
         if not isinstance(data, dict) or not isinstance(data.get("tasks"), list) or not data["tasks"]:
@@ -70,8 +70,17 @@ class ClusterSpec:
         cpus = data.get("cpus_per_task", 1)
         if not isinstance(cpus, int) or cpus < 1:
             raise ClusterError(f"{path}: cpus_per_task must be a positive integer")
-        return cls(tuple(data["tasks"]), str(data.get("job", "worker")), cpus,
-                   int(data.get("timeout_ms", DEFAULT_TIMEOUT_MS)))
+        timeout = data.get("timeout_ms", DEFAULT_TIMEOUT_MS)
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
+            raise ClusterError(f"{path}: timeout_ms must be a positive integer (milliseconds), got {timeout!r}")
+        job = data.get("job", "worker")
+        if not isinstance(job, str) or not job.replace("_", "").isalnum():
+            raise ClusterError(f"{path}: job must be a name of letters, digits and '_', got {job!r}")
+        unknown = sorted(set(data) - {"tasks", "job", "cpus_per_task", "timeout_ms"})
+        if unknown:
+            raise ClusterError(f"{path}: unknown field(s) {', '.join(map(repr, unknown))}; known: tasks, job, "
+                               f"cpus_per_task, timeout_ms")
+        return cls(tuple(data["tasks"]), job, cpus, timeout)
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -177,6 +186,9 @@ def serve(spec: ClusterSpec, task: int, parent_pid: int | None = None, trusted_n
     cluster = tf.train.ClusterSpec({spec.job: list(spec.tasks)})
     server = tf.distribute.Server(cluster, job_name=spec.job, task_index=task, config=spec.server_config(),
                                   start=True)
+    from tag_tf.runtime.discovery import describe_here, publish
+
+    publish(server.target, spec.job, task, describe_here(spec.cpus_per_task))
     if parent_pid is not None:
         def watchdog() -> None:
             while os.getppid() == parent_pid:

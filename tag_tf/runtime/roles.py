@@ -27,6 +27,8 @@ from typing import Any, Mapping
 
 from tag_tf.errors import ClusterError
 from tag_tf.runtime.cluster import DEFAULT_TIMEOUT_MS, TRUST_WARNING, ClusterSpec
+from tag_tf.runtime.discovery import describe_here, publish
+from tag_tf.runtime.sessions import close_within
 
 ROLE_ORDER = ("chief", "master", "worker", "ps")     # machine order; "evaluator" takes no part
 DONE_QUEUE = "tag_tf_run_done"
@@ -149,6 +151,7 @@ def start_server(role: Role) -> Any:
                                   config=role.spec.server_config(), start=True)
     print(f"tag_tf: task {role.task} serving on {role.spec.tasks[role.task]}; {TRUST_WARNING}",
           file=sys.stderr, flush=True)
+    publish(server.target, role.spec.job, role.task, describe_here(role.spec.cpus_per_task))
     return server
 
 
@@ -209,19 +212,27 @@ def end_run(role: Role) -> list[int]:
     import tensorflow as tf
 
     graph = tf.Graph()
-    others = [t for t in range(len(role.spec.tasks)) if t != role.chief]
+    dead = set(role.spec.unreachable())
+    # A session that lists a dead task never gets created (its master waits for every task of its
+    # device filters, with no deadline): tell only the tasks that still listen.
+    others = [t for t in range(len(role.spec.tasks)) if t != role.chief and t not in dead]
     with graph.as_default():
         enqueues = {t: _done_queue(tf, t, role.spec.job).enqueue(1) for t in others}
     config = role.spec.session_config()
     config.operation_timeout_in_ms = 10_000
-    failed = []
-    with tf.compat.v1.Session(role.spec.target, graph=graph, config=config) as sess:
+    del config.device_filters[:]
+    config.device_filters.extend(f"/job:{role.spec.job}/task:{t}" for t in [role.chief, *others])
+    failed = sorted(dead - {role.chief})
+    sess = tf.compat.v1.Session(role.spec.target, graph=graph, config=config)
+    try:
         for t, op in enqueues.items():
             try:
                 sess.run(op)
             except tf.errors.OpError:
                 failed.append(t)
-    return failed
+    finally:
+        close_within(sess.close, "the end-of-run session")
+    return sorted(failed)
 
 
 __all__ = ["Role", "end_run", "join", "wait_for_tasks", "from_cluster_dict", "from_resolver", "from_tf_config", "is_resolver",

@@ -1,9 +1,14 @@
 """Session configuration for running original and compiled graphs on TensorFlow's runtime."""
 from __future__ import annotations
 
-from typing import Any
+import logging
+import threading
+from typing import Any, Callable
 
 DEFAULT_TIMEOUT_MS = 60_000
+CLOSE_DEADLINE_S = 10.0
+
+log = logging.getLogger("tag_tf.sessions")
 
 
 def session_config(num_cpus: int = 1, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
@@ -40,3 +45,27 @@ def import_graph(graph_def: Any) -> Any:
     with g.as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
     return g
+
+
+def close_within(close: Callable[[], Any], what: str, deadline_s: float = CLOSE_DEADLINE_S) -> bool:
+    """Call `close` (a session's close), giving up after `deadline_s`. Closing a distributed session
+    tells every task to clean up and waits for each, with no deadline of its own: with a task that
+    died it never returns. The close goes on in a daemon thread; False when it was abandoned."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            close()
+        except BaseException as e:       # noqa: BLE001 (reported below, in the caller's thread)
+            errors.append(e)
+
+    thread = threading.Thread(target=run, name=f"tag_tf close {what}", daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    if thread.is_alive():
+        log.warning("tag_tf: closing %s did not finish in %.0f s (a task of its cluster is gone); left behind",
+                    what, deadline_s)
+        return False
+    if errors:
+        raise errors[0]
+    return True

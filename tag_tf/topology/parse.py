@@ -67,11 +67,9 @@ _TYPE_KEYS = ("name", "peak_tflops", "peak_flops", "mem_bandwidth", "memory", "l
 
 def load_file(path: str) -> Topology:
     """A Topology from a YAML or JSON file; errors name the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise TopologyError(f"topology file {path}: cannot read: {e.strerror or e}") from None
+    from tag_tf.datafiles import TOPOLOGY_FILE_LIMIT, read_text
+
+    text = read_text(path, "topology file", TOPOLOGY_FILE_LIMIT, TopologyError)
     try:
         data = json.loads(text) if path.lower().endswith(".json") else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as e:   # json.JSONDecodeError is a ValueError

@@ -89,6 +89,30 @@ def test_dynamic_batch_smaller_than_replica_count():
     assert result.ok and np.all(np.isfinite(result.losses_compiled)), result.max_rel_diff
 
 
+def test_whole_batch_shapes_come_from_a_shard_not_from_gathered_activations():
+    """Layer-norm and mean gradients read Shape(x) of the whole batch; with a dynamic batch the
+    compiler rebuilds it from a shard's shape and the global row count instead of concatenating
+    every replica's activation just to read its shape (one activation per layer over the network)."""
+    model, a = analysis_of("transformer", dynamic_batch=True)
+    strategy = Strategy.uniform(len(a.grouping.groups), (0, 1, 2), Option.ALLREDUCE, shares=(2.0, 1.0, 1.0))
+    compiled, _ = verify("transformer", strategy, 3, dynamic_batch=True)
+    nodes = {n.name: n for n in compiled.graph_def.node}
+    step, stack = set(), [compiled.run_ops[model.train_op]]     # what one training step runs
+    while stack:
+        name = stack.pop()
+        if name not in step:
+            step.add(name)
+            stack.extend(i.lstrip("^").split(":")[0] for i in nodes[name].input)
+    gathered_for_shape = [name for name in step if nodes[name].op in ("Shape", "ShapeN", "Size")
+                          and any(nodes[i.lstrip("^").split(":")[0]].op == "ConcatV2" for i in nodes[name].input)]
+    assert not gathered_for_shape, gathered_for_shape[:3]
+    assert any(n.op == "TensorScatterUpdate" for n in compiled.graph_def.node)
+    rng = np.random.default_rng(5)          # a batch of 2 over 3 replicas: one shard has no rows
+    data = [model.feed(rng, batch_size=2) for _ in range(STEPS)]
+    result = check_equivalence(a, compiled, lambda s: data[s], STEPS)
+    assert result.ok and np.all(np.isfinite(result.losses_compiled)), result.max_rel_diff
+
+
 def test_ref_variables():
     _, a = analysis_of("mlp", resource_variables=False)
     assert all(v.kind == "ref" for v in a.graph.variables.values())

@@ -51,7 +51,7 @@ def test_mnist_mlp_session(tmp_path):
         launch("mnist_mlp_session.py", *common, "--model-dir", a, cache=cache),
         launch("mnist_mlp_session.py", *common, "--model-dir", b, "--plain", cache=cache))
     assert "restored" in resumed_dist and "restored" in resumed_plain
-    assert re.findall(r"step (\d+)", resumed_dist) == ["4", "5"]
+    assert re.findall(r"^step (\d+)", resumed_dist, re.M) == ["4", "5"]
     np.testing.assert_allclose(numbers(loss, resumed_dist), numbers(loss, resumed_plain), rtol=RTOL)
     assert "plan cache hit" in resumed_err
 
@@ -70,7 +70,8 @@ def test_cnn_monitored_session(tmp_path):
         launch("cnn_monitored_session.py", "--steps", "2", "--batch", "8", "--model-dir", b, cache=cache),
         launch("cnn_monitored_session.py", "--steps", "2", "--batch", "8", "--model-dir", a, "--plain",
                cache=cache))
-    assert re.findall(r"step (\d+)", resumed_dist) == ["4", "5"]
+    assert re.findall(r"^step (\d+)", resumed_dist, re.M) == ["4", "5"]
+    assert "starting at global step 4" in resumed_dist
     np.testing.assert_allclose(numbers(loss, resumed_dist), numbers(loss, resumed_plain), rtol=RTOL)
     assert "plan cache hit" in err
 

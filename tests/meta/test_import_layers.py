@@ -9,7 +9,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.absp
 
 # Packages from the bottom up: a package may import its own modules and those of lower layers only.
 LAYERS = (
-    ("errors", "context", "strategy", "ir", "topology", "models"),
+    ("errors", "datafiles", "context", "strategy", "ir", "topology", "models"),
     ("analysis",),
     ("compiler", "runtime"),
     ("profile",),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -55,6 +56,38 @@ def test_cluster_file_errors(tmp_path):
     assert spec.leader == "/job:worker/replica:0/task:0"
     assert spec.server_config().experimental.collective_group_leader == spec.leader
     assert spec.server_config().operation_timeout_in_ms > 0
+
+
+
+@pytest.mark.parametrize("text, message", [
+    ("tasks: ['a:1']\ntimeout_ms: soon\n", "timeout_ms must be a positive integer"),
+    ("tasks: ['a:1']\njob: 'w; rm -rf'\n", "job must be a name"),
+    ("tasks: ['a:1']\nworkers: 3\n", "unknown field(s) 'workers'"),
+    ("!!python/object/apply:os.system ['echo hi']\n", "not valid YAML/JSON"),     # data only, never code
+])
+def test_malformed_cluster_files_are_named(tmp_path, text, message):
+    bad = tmp_path / "c.yaml"
+    bad.write_text(text)
+    with pytest.raises(ClusterError, match=re.escape(message)):
+        ClusterSpec.load(str(bad))
+
+
+def test_data_files_are_bounded_text(tmp_path):
+    from tag_tf.datafiles import CLUSTER_FILE_LIMIT
+    from tag_tf.errors import StrategyError, TopologyError
+    from tag_tf.strategy import Strategy
+    from tag_tf.topology.parse import load_file
+
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("tasks: ['a:1']\n" + "#" * CLUSTER_FILE_LIMIT)
+    with pytest.raises(ClusterError, match="larger than"):
+        ClusterSpec.load(str(huge))
+    binary = tmp_path / "plan.json"
+    binary.write_bytes(b"\x80\x04\x95pickle")
+    with pytest.raises(StrategyError, match="not UTF-8 text"):
+        Strategy.load(str(binary))
+    with pytest.raises(TopologyError, match="not UTF-8 text"):
+        load_file(str(binary))
 
 
 def test_nccl_all_reduce_among_gpus_of_one_machine():

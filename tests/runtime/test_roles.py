@@ -134,3 +134,93 @@ def test_public_cluster_addresses_need_trusted_network(tmp_path):
     assert main(["server", "--cluster", str(path), "--task", "1"]) == 2
     with pytest.raises(ClusterError, match="the host name does not resolve"):
         check_trusted(ClusterSpec(("no-such-host.invalid:2222",)), trusted_network=False, resolve_timeout_s=0)
+
+
+def _three_tasks(tmp_path, envs: list[dict], extra: list[list[str]]) -> list[tuple[subprocess.Popen, str, str]]:
+    """Start the example script in 3 processes (envs[i], extra args[i]); their outputs, all exited."""
+    procs = []
+    for i, (env_extra, args) in enumerate(zip(envs, extra)):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=str(tmp_path / "cache"), **env_extra)
+        env.pop("TF_CONFIG", None)
+        procs.append(subprocess.Popen([sys.executable, SCRIPT, "--tiny", "--steps", "3", "--batch", "12", "--strategy",
+                                       "dp", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    out = []
+    try:
+        for p in procs:
+            out.append((p, *p.communicate(timeout=300)))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return out
+
+
+def _consecutive_free_ports(n: int) -> int:
+    import socket
+
+    for base in range(20000, 60000, 97):
+        try:
+            socks = []
+            for port in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no free port range")
+
+
+def _check_one_driver(results) -> None:
+    for p, out, err in results:
+        assert p.returncode == 0, f"{p.args}\n{out}\n{err[-3000:]}"
+    drivers = [(out, err) for _, out, err in results if _losses(out)]
+    assert len(drivers) == 1, "exactly one task trains (the chief); the others serve"
+    assert "on 3 device(s)" in drivers[0][1] and "cpu-3x1" in drivers[0][1]
+
+
+def test_one_script_three_tasks_with_a_simple_cluster_resolver(tmp_path):
+    ports = free_ports(3)
+    spec = json.dumps({"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]})
+    tasks = ["worker:0", "worker:1", "chief:0"]
+    _check_one_driver(_three_tasks(tmp_path, [{}] * 3,
+                                   [["--resolver", "simple", "--cluster-spec", spec, "--task", t] for t in tasks]))
+
+
+def test_one_script_three_tasks_under_slurm_variables(tmp_path):
+    """TF's SlurmClusterResolver on one machine: what srun would set (SLURM_PROCID, SLURM_STEP_NUM_TASKS,
+    SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE); ports are --port-base + i on the node."""
+    base = _consecutive_free_ports(3)
+    common = {"SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_TASKS_PER_NODE": "3"}
+    results = _three_tasks(tmp_path, [dict(common, SLURM_PROCID=str(i)) for i in (1, 2, 0)],
+                           [["--resolver", "slurm", "--port-base", str(base)]] * 3)
+    _check_one_driver(results)
+
+
+def test_an_estimator_under_tf_config(tmp_path):
+    """Estimator reads TF_CONFIG itself (its RunConfig keeps the chief's session to the chief's own
+    devices); through tag_tf's wrapper the chief still drives both tasks and the worker serves."""
+    ports = free_ports(2)
+    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}
+    script = os.path.join(ROOT, "examples", "estimator_train.py")
+    procs = []
+    for task in ({"type": "worker", "index": 0}, {"type": "chief", "index": 0}):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=str(tmp_path / "cache"),
+                   TF_CONFIG=json.dumps({"cluster": cluster, "task": task}))
+        procs.append(subprocess.Popen([sys.executable, script, "--tiny", "--steps", "3", "--strategy", "dp",
+                                       "--model-dir", str(tmp_path / "model")], cwd=ROOT, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        outputs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (out, err) in zip(procs, outputs):
+        assert p.returncode == 0, f"{p.args}\n{out}\n{err[-3000:]}"
+    assert "on 2 device(s)" in outputs[1][1] and "cpu-2x1" in outputs[1][1]
+    assert "the chief ended the run" in outputs[0][1]

@@ -1,9 +1,13 @@
-"""`tag-tf topology show PRESET|FILE [--json]`: print a topology's devices, groups and links."""
+"""`tag-tf topology show PRESET|FILE [--json]`: print a topology's devices, groups and links.
+
+`tag-tf topology show --cluster FILE|tf_config`: the topology of a running cluster, as its servers
+report their devices, with the links measured between them (cached per cluster)."""
 from __future__ import annotations
 
 import argparse
 import json
 
+from tag_tf.errors import TopologyError
 from tag_tf.topology.load import PRESETS, load_topology
 from tag_tf.topology.spec import Topology
 from tag_tf.topology.units import format_bandwidth, format_bytes
@@ -14,19 +18,56 @@ def register(subparsers) -> None:
                                    description="Inspect cluster topologies.")
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     show = sub.add_parser("show", help="print devices, groups and bandwidths of a topology")
-    show.add_argument("spec", metavar="PRESET|FILE",
+    show.add_argument("spec", metavar="PRESET|FILE", nargs="?",
                       help=f"a preset ({', '.join(PRESETS)}) or a .yaml/.json topology file")
+    show.add_argument("--cluster", metavar="FILE|tf_config",
+                      help="instead: ask the running servers of this cluster file (or of $TF_CONFIG)")
+    show.add_argument("--trusted-network", action="store_true",
+                      help="the cluster's public addresses are on a network that is yours alone")
     show.add_argument("--json", action="store_true", help="print one JSON object instead")
     show.set_defaults(func=_show)
 
 
 def _show(args: argparse.Namespace) -> int:
-    topo = load_topology(args.spec)
+    if (args.spec is None) == (args.cluster is None):
+        raise TopologyError("topology show: give a preset or topology file, or --cluster (one of the two)")
+    report = None
+    if args.cluster:
+        topo, report = _discover(args.cluster, args.trusted_network)
+    else:
+        topo = load_topology(args.spec)
     if args.json:
-        print(json.dumps(summary(topo), indent=2))
+        out = summary(topo)
+        if report is not None:
+            out["discovery"] = report
+        print(json.dumps(out, indent=2))
     else:
         print(render(topo))
+        if report is not None:
+            links = report["links"]
+            how = "from the cache " + report["cache"] if report["cached"] else "measured now"
+            print("" if links is None else f"\nlinks: {format_bandwidth(links['bandwidth'])}, "
+                  f"{links['latency'] * 1e6:.0f} us latency ({how})")
     return 0
+
+
+def _discover(cluster: str, trusted_network: bool) -> tuple[Topology, dict]:
+    from tag_tf.errors import ClusterError
+    from tag_tf.frontend.planning import default_cache_dir
+    from tag_tf.runtime import roles
+    from tag_tf.runtime.cluster import ClusterSpec, check_trusted
+    from tag_tf.profile.discovered import discover
+
+    if cluster.lower() == "tf_config":
+        role = roles.from_tf_config()
+        if role is None:
+            raise ClusterError("--cluster tf_config: TF_CONFIG is not set, or names a cluster of one task")
+        spec = role.spec
+    else:
+        spec = ClusterSpec.load(cluster)
+    check_trusted(spec, trusted_network)
+    spec.check()
+    return discover(spec, cache_dir=default_cache_dir())
 
 
 def summary(topo: Topology) -> dict:

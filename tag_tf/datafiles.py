@@ -1,0 +1,25 @@
+"""Users' data files (cluster, plan, topology) are read as bounded UTF-8 text, never executed.
+
+The parsers that follow are `json` and `yaml.safe_load` (no pickle, no eval, no YAML tags that build
+objects); the size limit keeps a wrong path (a log, a checkpoint) from being read whole into memory.
+"""
+from __future__ import annotations
+
+CLUSTER_FILE_LIMIT = 1 << 20        # bytes: a cluster file lists host:port strings
+TOPOLOGY_FILE_LIMIT = 16 << 20
+PLAN_FILE_LIMIT = 256 << 20         # a plan lists a group per planned op: large graphs, large files
+
+
+def read_text(path: str, what: str, limit: int, error: type[Exception]) -> str:
+    """The file's text; `error` (one line naming the file) when unreadable, too large or not UTF-8."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
+    except OSError as e:
+        raise error(f"{path}: cannot read {what} ({e.strerror or e})") from None
+    if len(raw) > limit:
+        raise error(f"{path}: {what} is larger than {limit} bytes; refusing to read it")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: {what} is not UTF-8 text (byte {e.start})") from None

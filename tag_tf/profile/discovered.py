@@ -1,0 +1,143 @@
+"""The topology of a running cluster: devices as its servers report them, links as measured.
+
+The chief reads every task's description (`runtime.discovery.gather`), types the GPUs
+(`topology.gpus.type_from_device_name`; an unknown card keeps its name with placeholder numbers),
+and measures the network with the communication profiler: a few gRPC transfers from the chief to
+each other task, fitted to latency + bytes / bandwidth; the slowest pair stands for the switch. The
+measurement is cached per cluster (its addresses and descriptions) under the cache directory.
+
+A server that publishes nothing (a plain `tf.distribute.Server` someone else started) is described
+as the cluster file says: `cpus_per_task` CPU devices, with a warning naming it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from typing import Any, Sequence
+
+from tag_tf.runtime.discovery import gather
+
+log = logging.getLogger("tag_tf.discovery")
+
+PROBE_SIZES = (64 << 10, 1 << 20, 4 << 20)   # bytes: enough to separate latency from bandwidth
+
+
+class _Pair:
+    """Two tasks of a running cluster, in the shape `profile.comm.measure_p2p` drives."""
+
+    num_tasks = 2
+
+    def __init__(self, spec: Any, a: int, b: int):
+        self.spec, self.tasks = spec, (a, b)
+        self.target = spec.target
+
+    def device(self, i: int, index: int = 0) -> str:
+        return f"/job:{self.spec.job}/replica:0/task:{self.tasks[i]}/device:CPU:{index}"
+
+    def session_config(self) -> Any:
+        config = self.spec.session_config()
+        del config.device_filters[:]
+        config.device_filters.extend(f"/job:{self.spec.job}/task:{t}" for t in self.tasks)
+        return config
+
+
+def fit_link(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """(bandwidth bytes/s, latency s) of t = latency + bytes / bandwidth, least squares (latency >= 0)."""
+    import numpy as np
+
+    x = np.array([b for b, _ in samples], dtype=float)
+    y = np.array([t for _, t in samples], dtype=float)
+    slope, intercept = np.polyfit(x, y, 1) if len(x) > 1 else (y[0] / x[0], 0.0)
+    if slope <= 0:      # noise swamped the sizes: all of it bandwidth, none latency
+        slope, intercept = float(y.max() / x.max()), 0.0
+    return float(1.0 / slope), float(max(intercept, 0.0))
+
+
+def measure_links(spec: Any, repeats: int = 3) -> dict:
+    """The chief's link to each other task, measured: {"pairs": [...], "bandwidth": B/s, "latency": s}
+    with the slowest bandwidth and the largest latency standing for the switch."""
+    from tag_tf.profile.comm import measure_p2p
+
+    pairs = []
+    for task in range(1, len(spec.tasks)):
+        samples = measure_p2p(PROBE_SIZES, repeats=repeats, warmup=1, cluster=_Pair(spec, 0, task))
+        bandwidth, latency = fit_link(samples)
+        pairs.append({"tasks": [0, task], "bandwidth": bandwidth, "latency": latency,
+                      "samples": [[int(b), float(t)] for b, t in samples]})
+    return {"pairs": pairs, "bandwidth": min(p["bandwidth"] for p in pairs),
+            "latency": max(p["latency"] for p in pairs)}
+
+
+def cluster_key(spec: Any, descriptions: Sequence[dict | None]) -> str:
+    text = json.dumps({"tasks": list(spec.tasks), "job": spec.job, "devices": list(descriptions)}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _machine(task: int, spec: Any, description: dict | None, custom: dict[str, dict]) -> dict:
+    if description is None:
+        log.warning("tag_tf: task %d (%s) did not report its devices (not a tag_tf server?); taking %d CPU "
+                    "device(s) from the cluster", task, spec.tasks[task], spec.cpus_per_task)
+        return {"name": f"task{task}", "gpus": f"{spec.cpus_per_task}x cpu", "intra": "local"}
+    gpus = description.get("gpus") or []
+    if not gpus:
+        return {"name": f"task{task}", "gpus": f"{int(description['cpu_devices'])}x cpu", "intra": "local"}
+    from tag_tf.topology.gpus import GPU_TYPES, type_from_device_name
+
+    types = []
+    for g in gpus:
+        name = (g.get("name") or "").strip() or "unknown-gpu"
+        known = type_from_device_name(name)
+        if known is None and name not in custom:      # placeholder numbers, as for local GPUs
+            base = GPU_TYPES["V100-32GB"]
+            log.warning("tag_tf: task %d: GPU %r is not a known type; using V100-32GB numbers", task, name)
+            custom[name] = {"name": name, "peak_flops": base.peak_flops, "mem_bandwidth": f"{base.mem_bandwidth:.0f}B/s",
+                            "memory": f"{g.get('memory_bytes') or base.memory_bytes}B"}
+        types.append(known or name)
+    return {"name": f"task{task}", "gpus": [{"type": t} for t in types], "intra": "pcie"}
+
+
+def discover(spec: Any, cache_dir: str | None = None, measure: bool = True) -> tuple[Any, dict]:
+    """(Topology, report) of the running cluster `spec`: machine i = task i, devices as reported,
+    the inter-machine switch as measured (or read from the cache). report: descriptions, link figures,
+    whether they came from the cache, the cache file."""
+    from tag_tf.topology.load import load_topology
+
+    descriptions = gather(spec)
+    custom: dict[str, dict] = {}
+    machines = [_machine(i, spec, d, custom) for i, d in enumerate(descriptions)]
+    all_cpu = all(isinstance(m["gpus"], str) and m["gpus"].endswith("cpu") for m in machines)
+    key = cluster_key(spec, descriptions)
+    name = (f"cpu-{len(machines)}x{spec.cpus_per_task}" if all_cpu and
+            all(m["gpus"] == f"{spec.cpus_per_task}x cpu" for m in machines) else f"cluster-{key[:8]}")
+    topo_spec: dict = {"name": name, "machines": machines}
+    if custom:
+        topo_spec["gpu_types"] = list(custom.values())
+    report: dict = {"descriptions": descriptions, "cache": None, "cached": False, "links": None}
+    if len(machines) > 1:
+        links, path = None, None
+        if cache_dir:
+            path = os.path.join(cache_dir, "topology", f"{key}.json")
+            report["cache"] = path
+            try:
+                with open(path) as f:
+                    links = json.load(f)
+                report["cached"] = True
+            except (OSError, ValueError):
+                links = None
+        if links is None and measure:
+            links = measure_links(spec)
+            if path:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "w") as f:
+                    json.dump(links, f, indent=1)
+                os.replace(tmp, path)
+        report["links"] = links
+        if links is not None:
+            topo_spec["inter"] = {"switch": f"{links['bandwidth'] * 8 / 1e9:.6g}Gbps",
+                                  "latency": f"{max(links['latency'], 1e-7) * 1e6:.6g}us"}
+        else:
+            topo_spec["inter"] = {"switch": "10Gbps"}
+    return load_topology(topo_spec), report

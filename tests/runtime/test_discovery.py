@@ -1,0 +1,65 @@
+"""The topology of a running cluster comes from the cluster: each server reports its devices, the
+links are measured between the servers (and cached per cluster), and `tag-tf topology show
+--cluster` prints what was found."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import tensorflow as tf
+
+from tag_tf.profile.discovered import discover, fit_link
+from tag_tf.runtime.cluster import ClusterSpec, free_ports, local_cluster
+from tag_tf.runtime.discovery import gather
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_fit_link_recovers_latency_and_bandwidth():
+    samples = [(b, 50e-6 + b / 2e9) for b in (64 << 10, 1 << 20, 4 << 20)]
+    bandwidth, latency = fit_link(samples)
+    assert abs(bandwidth - 2e9) / 2e9 < 1e-6 and abs(latency - 50e-6) < 1e-9
+
+
+def test_servers_report_devices_and_the_link_is_measured_once(tmp_path):
+    with local_cluster(2, 2) as (spec, _):
+        topo, report = discover(spec, cache_dir=str(tmp_path))
+        assert topo.name == "cpu-2x2" and topo.num_machines == 2 and topo.num_devices == 4
+        assert [d.type for d in topo.devices] == ["cpu"] * 4
+        hosts = {d["host"] for d in report["descriptions"]}
+        assert hosts == {socket.gethostname()} and {d["cpu_devices"] for d in report["descriptions"]} == {2}
+        links = report["links"]
+        assert not report["cached"] and os.path.exists(report["cache"])
+        assert 1e7 < links["bandwidth"] < 1e12 and links["latency"] >= 0       # measured over loopback gRPC
+        assert abs(topo.inter_bandwidth - links["bandwidth"]) / links["bandwidth"] < 1e-3
+        again, second = discover(spec, cache_dir=str(tmp_path))
+        assert second["cached"] and again.inter_bandwidth == topo.inter_bandwidth
+
+        out = subprocess.run([sys.executable, "-m", "tag_tf.frontend.cli", "topology", "show", "--cluster",
+                              _cluster_file(spec, tmp_path), "--json"], cwd=ROOT, capture_output=True, text=True,
+                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=str(tmp_path)),
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        shown = json.loads(out.stdout)
+        assert shown["num_devices"] == 4 and shown["discovery"]["cached"]
+        assert shown["inter"]["bandwidth"] == topo.inter_bandwidth
+
+
+def _cluster_file(spec: ClusterSpec, tmp_path) -> str:
+    path = str(tmp_path / "cluster.json")
+    spec.save(path)
+    return path
+
+
+def test_a_server_that_reports_nothing_is_taken_from_the_cluster_file():
+    port = free_ports(1)[0]
+    server = tf.distribute.Server(tf.train.ClusterSpec({"worker": [f"127.0.0.1:{port}"]}), job_name="worker",
+                                  task_index=0, start=True)
+    spec = ClusterSpec((f"127.0.0.1:{port}",), cpus_per_task=1)
+    assert gather(spec) == [None]
+    topo, report = discover(spec)
+    assert topo.num_devices == 1 and report["links"] is None
+    del server
