@@ -147,11 +147,15 @@ class Distribution:
                                      self.options["trusted_network"])
         if self.target.role is not None:
             self._join_cluster(self.target.role)     # a non-chief task never returns from here
-        if self.target.discover:
+        self._start_logging()
+        if self.target.discover:          # after logging starts: the topology found is reported
             from tag_tf.frontend.planning import default_cache_dir
 
-            self.target = self.target.discovered(self.options["cache_dir"] or default_cache_dir())
-        self._start_logging()
+            try:
+                self.target = self.target.discovered(self.options["cache_dir"] or default_cache_dir())
+            except BaseException:
+                self._stop_logging()
+                raise
         self._active = True
         install(self)
         return self
