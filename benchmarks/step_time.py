@@ -53,10 +53,11 @@ def model_kwargs(model: str) -> dict:
     return MODEL_KWARGS.get(model, COMMON)
 
 
-def batches_for(model_name: str, batch: int, count: int) -> list[dict]:
+def batches_for(model_name: str, batch: int, count: int, model=None) -> list[dict]:
+    """The seeded batches every configuration trains on (`model`: the built graph, if already at hand)."""
     from tag_tf.models import build_model
 
-    model = build_model(model_name, **model_kwargs(model_name))
+    model = model or build_model(model_name, **model_kwargs(model_name))
     rng = np.random.default_rng(0)
     return [model.feed(rng, batch) for _ in range(count)]
 
@@ -71,7 +72,7 @@ def train(model_name: str, args: argparse.Namespace, distribute_kwargs: dict | N
     from tag_tf.models import build_model
 
     model = build_model(model_name, **model_kwargs(model_name))
-    batches = batches_for(model_name, args.batch, args.warmup + args.steps)
+    batches = batches_for(model_name, args.batch, args.warmup + args.steps, model)
     scope = tag_tf.distribute(**distribute_kwargs) if distribute_kwargs is not None else contextlib.nullcontext()
     times, losses = [], []
     with scope:
