@@ -3,7 +3,8 @@
 Each configuration runs in its own process(es), on the same zoo model (dynamic batch; the cnn `--tiny`,
 the transformer 2 layers, 32 tokens, width 128, the others `--tiny`), the same initial weights (the
 model's seeded initialisers), the same batches (seeded) and SGD with momentum 0.9; global batch
-`--batch`; median/min/max of `--steps` timed steps after `--warmup`:
+`--batch`; median/min/max of `--steps` timed steps after `--warmup`, in `--repeats` rounds over every
+configuration (load bursts on a shared machine then hit every row alike); a row is its median round:
 
   tf1-single             the plain TF1 graph in one session, one CPU device
   tf2-single             a TF2 tf.function step, one CPU device (benchmarks/peers.py)
@@ -191,6 +192,76 @@ def run_in_this_process(config: str, model: str, args: argparse.Namespace) -> di
     return peers.run_tf2(config, model, model_kwargs(model), batches, args.warmup, args.breakdown)
 
 
+def representative(found: list[dict]) -> dict:
+    """One row from a configuration's rounds: the round with the median median (its own min/max,
+    first step, losses), with every round's median beside it; an error in any round is the row."""
+    errors = [row for row in found if "median_ms" not in row]
+    if errors:
+        return errors[0]
+    ordered = sorted(found, key=lambda row: row["median_ms"])
+    return dict(ordered[(len(ordered) - 1) // 2], round_medians_ms=[row["median_ms"] for row in found])
+
+
+BEGIN, END = "<!-- step-time:begin -->", "<!-- step-time:end -->"
+
+
+def render(data: dict) -> str:
+    """RESULTS.md's step-time tables from a run's JSON: every row, then tag_tf's best against the best peer."""
+    lines = ["| model | configuration | median ms | min–max ms | first step s | loss first → last | loopback kB/step |",
+             "|---|---|---|---|---|---|---|"]
+    zoo_order = ("mlp", "cnn", "transformer", "bert-small")
+
+    def order(key: str) -> tuple:
+        model, config = key.split("/")
+        return (zoo_order.index(model) if model in zoo_order else len(zoo_order), model,
+                CONFIGS.index(config) if config in CONFIGS else len(CONFIGS))
+
+    keys = sorted(data["rows"], key=order)
+    models = list(dict.fromkeys(key.split("/")[0] for key in keys))
+    for key in keys:
+        row, (model, config) = data["rows"][key], key.split("/")
+        if "median_ms" not in row:
+            lines.append(f"| {model} | {config} | {row.get('error') or row.get('absent')} | | | | |")
+            continue
+        lines.append(f"| {model} | {config} | {row['median_ms']:.1f} | {row['min_ms']:.1f}–{row['max_ms']:.1f} | "
+                     f"{row['first_step_s']:.2f} | {row['first_loss']:.4f} → {row['last_loss']:.4f} | "
+                     f"{row.get('loopback_bytes_per_step', 0) / 1e3:.0f} |")
+    lines += ["", "tag_tf's best against the best peer, from the table (measured, same run):", "",
+              "| model | one process: best tag_tf / MirroredStrategy | two processes: best tag_tf / faster of MWMS and "
+              "Horovod |", "|---|---|---|"]
+
+    def best(model: str, configs: list[str]) -> tuple[str, float] | None:
+        found = [(c, data["rows"][f"{model}/{c}"]["median_ms"]) for c in configs
+                 if "median_ms" in data["rows"].get(f"{model}/{c}", {})]
+        return min(found, key=lambda cv: cv[1]) if found else None
+
+    def versus(ours: tuple[str, float] | None, peer: tuple[str, float] | None, strip: str) -> str:
+        if ours is None or peer is None:
+            return "n/a"
+        return (f"{ours[0].removeprefix('tag-').removesuffix(strip)} {ours[1]:.1f} / {peer[0]} {peer[1]:.1f} ms = "
+                f"{ours[1] / peer[1]:.2f}x")
+
+    for model in models:
+        one = versus(best(model, [c for c in CONFIGS if c.startswith("tag-") and c.endswith("-local2")]),
+                     best(model, ["mirrored-local2"]), "-local2")
+        two = versus(best(model, [c for c in CONFIGS if c.startswith("tag-") and c.endswith("-2proc-tfconfig")]),
+                     best(model, ["mwms-2proc", "horovod-2proc"]), "-2proc-tfconfig")
+        lines.append(f"| {model} | {one} | {two} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(data: dict, path: str) -> None:
+    """Replace the tables between the step-time markers of `path` (RESULTS.md)."""
+    text = open(path).read()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{path}: no {BEGIN} ... {END} section to regenerate")
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    with open(path + ".tmp", "w") as f:
+        f.write(head + BEGIN + "\n" + render(data) + END + tail)
+    os.replace(path + ".tmp", path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="cnn,transformer")
@@ -198,11 +269,15 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="rounds over every configuration; each row is its median round (default 3; --quick: 1)")
     ap.add_argument("--quick", action="store_true",
                     help="2 warm-up and 5 timed steps, cnn only, no `auto` rows (their planning is tested elsewhere)")
     ap.add_argument("--out", help="where to write the JSON (default benchmarks/results/step_time[_quick].json)")
     ap.add_argument("--breakdown", action="store_true",
                     help="also trace one extra step per configuration: compute/collectives/transfers/idle per device")
+    ap.add_argument("--markdown", default=os.path.join(ROOT, "benchmarks", "RESULTS.md"),
+                    help="regenerate the step-time tables of this RESULTS.md ('' to skip; --quick never writes it)")
     ap.add_argument("--run", help=argparse.SUPPRESS)          # internal: one configuration, in this process
     args = ap.parse_args()
     if args.run:
@@ -211,31 +286,39 @@ def main() -> None:
         return
     configs = args.configs.split(",")
     if args.quick:
-        args.models, args.warmup, args.steps = "cnn", 2, 5
+        args.models, args.warmup, args.steps, args.repeats = "cnn", 2, 5, 1
         configs = [c for c in configs if "-auto-" not in c]
+    if args.repeats < 1:
+        raise SystemExit("--repeats must be at least 1")
     unknown = sorted(set(configs) - set(CONFIGS))
     if unknown:
         raise SystemExit(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
-    rows = {}
-    for model in args.models.split(","):
-        for config in configs:
-            row = measure(config, model, args)
-            rows[f"{model}/{config}"] = row
-            if "median_ms" in row:
-                shown = (f"{row['median_ms']:.1f} ms (min {row['min_ms']:.1f}, max {row['max_ms']:.1f}), first step "
-                         f"{row['first_step_s']:.2f} s, loss {row['first_loss']:.4f} -> {row['last_loss']:.4f}, "
-                         f"loopback {row.get('loopback_bytes_per_step', 0) / 1e3:.0f} kB/step")
-            else:
-                shown = row.get("error") or row.get("absent")
-            print(f"{model:12s} {config:26s} {shown}", flush=True)
+    runs: dict[str, list[dict]] = {}
+    for r in range(args.repeats):      # rounds: load bursts on this shared machine spread over every row
+        for model in args.models.split(","):
+            for config in configs:
+                row = measure(config, model, args)
+                runs.setdefault(f"{model}/{config}", []).append(row)
+                if "median_ms" in row:
+                    shown = (f"{row['median_ms']:.1f} ms (min {row['min_ms']:.1f}, max {row['max_ms']:.1f}), first "
+                             f"step {row['first_step_s']:.2f} s, loss {row['first_loss']:.4f} -> "
+                             f"{row['last_loss']:.4f}, loopback {row.get('loopback_bytes_per_step', 0) / 1e3:.0f} kB/step")
+                else:
+                    shown = row.get("error") or row.get("absent")
+                print(f"{model:12s} {config:26s} {shown}" + (f"  [round {r + 1}/{args.repeats}]" if args.repeats > 1
+                                                             else ""), flush=True)
+    rows = {key: representative(found) for key, found in runs.items()}
     out = {"measured": True, "machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-           "batch": args.batch, "warmup": args.warmup, "steps": args.steps, "optimizer": "momentum 0.9",
+           "batch": args.batch, "warmup": args.warmup, "steps": args.steps, "repeats": args.repeats,
+           "optimizer": "momentum 0.9",
            "model_kwargs": {m: model_kwargs(m) for m in args.models.split(",")}, "rows": rows}
     name = "step_time_quick.json" if args.quick else "step_time.json"
     path = args.out or os.path.join(ROOT, "benchmarks", "results", name)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)
+    if args.markdown and not args.quick:
+        write_markdown(out, args.markdown)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,8 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
     cluster: a cluster file (or ClusterSpec): run on those `tag-tf server`s, task i = machine i.
     cache_dir: where plans are cached (default: $TAG_TF_CACHE_DIR or ~/.cache/tag_tf); op times
         measured for this graph with `tag-tf profile` in its `profiles/` database are planned with.
-    budget_s: planning time budget in seconds.
+    budget_s: planning time budget in seconds (default: up to 30 s, ending early once the search
+        has converged; a given budget is searched whole).
     verify: before training, check for 2 steps that the distributed graph trains like the original
         (first fed batch, or synthetic batches for iterator inputs); raise VerificationError if not.
     exact_batch_stats: BatchNorm replicas use the whole batch's statistics (exact, one extra

@@ -54,6 +54,9 @@ class Plan:
 # Baselines and the "auto" choice
 # ---------------------------------------------------------------------------------------------
 DEFAULT_BUDGET_S = 30.0
+# Without an explicit budget, `auto` ends its tree search once converged (no better plan for this
+# long, or for as long as the best took to find): a small graph on 2 devices plans in seconds.
+DEFAULT_PATIENCE_S = 3.0
 
 
 def simulator(analysis: Any, topology: Any, calibration: Any = "default", costs: Any = None) -> Any:
@@ -64,6 +67,37 @@ def simulator(analysis: Any, topology: Any, calibration: Any = "default", costs:
     if costs is None:
         return Simulator(analysis, topology, calibration=calibration)
     return Simulator(analysis, topology, calibration=calibration, profile=costs.profiles, cost_model=costs.model)
+
+
+LOCAL_CALIBRATION = "local"
+
+
+def local_setup(topology: Any) -> Any:
+    """The local machine model's setup (`LocalSetup`) that `topology` describes, or StrategyError."""
+    from tag_tf.sim.local_runtime import LocalSetup
+
+    counts = {len(m.gpus) for m in topology.machines}
+    if any(d.type != "cpu" for d in topology.devices) or len(counts) != 1:
+        raise StrategyError(f"calibration {LOCAL_CALIBRATION!r}: topology {topology.name!r} is not this machine's "
+                            f"CPU devices (local:N, or cpu-PxN for P local server processes)")
+    return LocalSetup(len(topology.machines), counts.pop())
+
+
+def local_machine_simulator(analysis: Any, topology: Any, model: str, build_kwargs: dict[str, Any],
+                            db: Any = None) -> Any:
+    """The local machine model's simulator (`tag_tf.sim.local_model`) of a zoo model on this machine's
+    CPUs: `topology` is local:N (one process) or cpu-PxN (P local server processes). Its op profile
+    and machine measurements come from the profile database (measured now and stored the first
+    time); they describe the pinned local runtime, so the process must have called
+    `local_model.configure_runtime()` before importing TensorFlow."""
+    from tag_tf.profile.db import ProfileDB
+    from tag_tf.sim import local_model as lm
+
+    setup = local_setup(topology)
+    db = db if db is not None and not isinstance(db, (str, os.PathLike)) else ProfileDB(db)
+    kwargs = {k: v for k, v in build_kwargs.items() if k != "batch_size"}
+    return lm.local_simulator(analysis, setup.num_devices, setup.processes, db=db,
+                              model=lm.ZooModel.of(model, **kwargs))
 
 
 def stored_costs_for(analysis: Any, topology: Any, db: Any = None, rebuild: Callable[[int], str] | None = None) -> Any:
@@ -106,17 +140,20 @@ def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = N
 
 
 def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None, calibration: Any = "default",
-                costs: Any = None, sfb: bool = True) -> Strategy:
+                costs: Any = None, sfb: bool = True, sim: Any = None) -> Strategy:
     """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds:
     the strategy creator's MCTS (uniform prior until trained GNN weights ship), polished by the local
     search's moves, then (`sfb`) sufficient factor broadcasting where it simulates faster; never
-    slower (simulated) than the best baseline. Shows a progress bar on terminals."""
+    slower (simulated) than the best baseline. Shows a progress bar on terminals. With no `budget_s`
+    the search ends early once it has converged (DEFAULT_PATIENCE_S); a given budget is searched whole.
+    `sim`: judge plans with this simulator instead (e.g. `local_machine_simulator`)."""
     from tag_tf.search.local_search import NOTHING_FITS
     from tag_tf.search.mcts import MctsOptions, mcts_search
 
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
-    sim = simulator(analysis, topology, calibration, costs)
-    result = mcts_search(sim, topology, MctsOptions(budget_s=budget, progress=True))
+    patience = DEFAULT_PATIENCE_S if budget_s is None else None
+    sim = sim if sim is not None else simulator(analysis, topology, calibration, costs)
+    result = mcts_search(sim, topology, MctsOptions(budget_s=budget, progress=True, patience_s=patience))
     if sfb and result.found:
         from tag_tf.search.sfb import best_with_sfb
 

@@ -13,7 +13,8 @@ every simulated plan in a cache, so a plan is never simulated twice. P is the pr
 heterogeneous GNN's (`tag_tf/search/gnn.py`), which sees the partial plan with runtime feedback
 features refreshed from the simulation of the vertex's leaf plan.
 
-After the budget, the best plan simulated is polished by the local search's moves, group
+After the budget (or earlier, with `patience_s`, once the best plan has stopped improving), the
+best plan simulated is polished by the local search's moves, group
 refinement (search/refine.py: its dominant groups split again), fusion caps and batch shares
 (search/shares.py), and the result is never slower than the best baseline: if it loses, that
 baseline is returned and `SearchResult.fell_back` says so.
@@ -54,6 +55,9 @@ class MctsOptions:
     refine: bool = True                 # polish: split the best plan's dominant groups (search/refine.py)
     heterog: bool = True                # search HeteroG's space as a baseline too (GNN training skips it)
     progress: bool = False
+    # End the tree search early once it has converged: the best plan has not improved for
+    # max(patience_s, the time the tree took to find it). None: search for the whole budget.
+    patience_s: float | None = None
 
 
 def candidate_actions(topology: Any) -> list[GroupPlan]:
@@ -101,6 +105,7 @@ class MctsResult(BaselineComparison):
     time_to_beat_dp_s: float | None
     fell_back: bool                          # the best baseline won: it is the result
     prior: str
+    converged: bool = False                  # the tree search ended early: nothing new or better found
 
 
 PriorFn = Callable[[tuple[int, ...], int, Any], np.ndarray]
@@ -213,8 +218,15 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
     search_end = start_time + options.budget_s * (1 - POLISH_SHARE if options.polish else 1.0)
     bar = _progress(options.progress, options.iterations or 0, "MCTS")
     stale = 0
+    tree_start = improved_at = time.perf_counter()
+    converged = False
     try:
         while time.perf_counter() < search_end and (options.iterations is None or iterations < options.iterations):
+            if options.patience_s is not None and iterations % 64 == 0:
+                now = time.perf_counter()
+                converged = now - improved_at > max(options.patience_s, improved_at - tree_start)
+                if converged:
+                    break
             iterations += 1
             bar.update(1)
             prefix: tuple[int, ...] = ()
@@ -235,6 +247,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
             reward = OOM_REWARD if not np.isfinite(t) else scale / t
             stale = 0 if new else stale + 1
             if stale > STALE_ITERATIONS:        # the tree keeps revisiting known plans: done early
+                converged = True
                 break
             if prefix not in table:
                 table[prefix] = _Vertex(prior_of(prefix, report))
@@ -243,6 +256,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
                 vertex.w[a] += reward
             if t < best_time:
                 best_plan, best_time = plan, t
+                improved_at = time.perf_counter()
             if beat_dp_at is None and np.isfinite(dp_time) and t < dp_time:
                 beat_dp_at, beat_dp_s = iterations, time.perf_counter() - start_time
     finally:
@@ -253,6 +267,8 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
                 report = reports.get(plan_of(prefix).groups) if prefix else None
                 record.append(VisitRecord(prefix, order[len(prefix)], report, vertex.n.copy()))
     refine_runs = 0
+    if converged and options.patience_s is not None:     # the polish keeps its share of the budget, no more
+        deadline = Deadline(min(deadline.end, time.perf_counter() + POLISH_SHARE * options.budget_s))
     if options.polish and np.isfinite(best_time):
         moves = [(g,) for g in order] + coupled_blocks(sim.prepared, n_groups)
         # With refinement, the moves get half of the polish; refinement (splitting dominant groups) the rest.
@@ -273,7 +289,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
     strategy = dataclasses.replace(best_plan, name="auto", graph=sim.analysis.graph.fingerprint,
                                    topology=topology.fingerprint)
     return MctsResult(strategy, best_time, times, cost.evaluations + refine_runs, iterations, time.perf_counter() - start_time,
-                      beat_dp_at, beat_dp_s, fell_back, prior_name)
+                      beat_dp_at, beat_dp_s, fell_back, prior_name, converged)
 
 
 def balance_shares(cost: Evaluator, strategy: Strategy, best: float, deadline: Deadline,

@@ -31,3 +31,15 @@ def test_step_time_quick(tmp_path):
         assert row["median_ms"] > 0 and row["first_step_s"] > 0
         assert row["last_loss"] == pytest.approx(single["last_loss"], rel=1e-4), key
         assert row["breakdown"]["compute"] > 0 and row["breakdown"]["ops"] > 0, key
+
+    # RESULTS.md's tables are regenerated from that JSON between their markers, the rest kept.
+    sys.path.insert(0, ROOT)
+    from benchmarks import step_time
+
+    md = tmp_path / "RESULTS.md"
+    md.write_text(f"above\n{step_time.BEGIN}\nold\n{step_time.END}\nbelow\n")
+    step_time.write_markdown(json.loads(out.read_text()), str(md))
+    text = md.read_text()
+    assert text.startswith("above\n") and text.endswith("below\n") and "\nold\n" not in text
+    assert f"| cnn | tf1-single | {single['median_ms']:.1f} |" in text
+    assert "| cnn | " in text.split("faster of MWMS and Horovod |")[1]      # the best-against-peer row

@@ -54,6 +54,19 @@ def test_mcts_finds_the_enumerated_optimum_of_a_small_problem():
     assert result.iterations_to_beat_dp is not None and result.iterations <= 1500
 
 
+def test_a_converged_search_ends_before_its_budget():
+    """With patience the tree stops once its best plan has not improved for that long (or for as
+    long as finding it took), far inside a 120 s budget; without, only the budget or the iteration
+    cap ends it."""
+    _, a = analysis_of("mlp", num_groups=3)
+    topo = topology_from_dict(TWO_MACHINES)
+    sim = Simulator(a, topo)
+    early = mcts_search(sim, topo, MctsOptions(budget_s=120, seed=3, polish=False, patience_s=0.2))
+    assert early.converged and early.iteration_time_s <= min(early.baselines.values())
+    capped = mcts_search(sim, topo, MctsOptions(budget_s=120, iterations=300, seed=3, polish=False))
+    assert not capped.converged and capped.iterations == 300
+
+
 def test_never_slower_than_the_best_baseline_and_says_when_it_falls_back():
     _, a = analysis_of("cnn")
     topo = load_topology("testbed")

@@ -7,7 +7,7 @@ import math
 import sys
 
 from tag_tf.errors import StrategyError
-from tag_tf.frontend.loading import add_cost_args, add_model_args, analysis_for, load, stored_costs
+from tag_tf.frontend.loading import add_cost_args, add_model_args, analysis_for, load, model_kwargs, stored_costs
 
 
 def register(sub) -> None:
@@ -16,6 +16,9 @@ def register(sub) -> None:
     p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED) or file")
     p.add_argument("--budget-s", "--budget", dest="budget", type=float, default=30.0,
                    help="search budget in seconds (default 30)")
+    p.add_argument("--patience-s", dest="patience", type=float,
+                   help="MCTS: end the tree search once the best plan has not improved for this many seconds "
+                        "(or for as long as it took to find it); default: search the whole budget")
     p.add_argument("--iterations", type=int, help="MCTS: stop after this many iterations (default: budget only)")
     p.add_argument("--search", choices=("mcts", "local"), default="mcts",
                    help="the strategy creator: MCTS (default) or the greedy local search")
@@ -32,7 +35,9 @@ def register(sub) -> None:
     p.add_argument("--out", help="write the strategy JSON here (usable with simulate/verify/distribute)")
     p.add_argument("--calibration", default="default",
                    help="simulator physics: 'default' (the shipped fit for testbed/cloud, datasheet elsewhere), "
-                        "'nominal' (datasheet), or a calibration JSON from `tag-tf calibrate`")
+                        "'nominal' (datasheet), a calibration JSON from `tag-tf calibrate`, or 'local': this "
+                        "machine's CPUs as measured (local:N or cpu-PxN topologies, --model only; the local machine "
+                        "model, measured once into the profile DB, with one thread per op and Grappler off)")
     add_cost_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
@@ -41,30 +46,47 @@ def register(sub) -> None:
 def run(args) -> int:
     from tag_tf.context import Options, PassContext
     from tag_tf.search.local_search import NOTHING_FITS, describe, local_search
-    from tag_tf.frontend.planning import simulator
+    from tag_tf.frontend.planning import LOCAL_CALIBRATION, local_machine_simulator, local_setup, simulator
+    from tag_tf.sim.local_runtime import configure_runtime
     from tag_tf.topology.load import load_topology
 
+    local = args.calibration == LOCAL_CALIBRATION
+    if local:
+        if not args.model:
+            raise StrategyError(f"--calibration {LOCAL_CALIBRATION}: needs --model (the local profile rebuilds "
+                                "the model at several batch sizes)")
+        configure_runtime()      # before TensorFlow is imported: the runtime the local model describes
     topology = load_topology(args.topology)
+    if local:
+        local_setup(topology)
     ctx = PassContext(Options(num_groups=args.groups))
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
-    costs = stored_costs(loaded, analysis, topology, args)
-    sim = simulator(analysis, topology, args.calibration, costs)
+    if local:
+        costs = None
+        sim = local_machine_simulator(analysis, topology, args.model, model_kwargs(args),
+                                      None if args.no_profiles else args.profile_db)
+    else:
+        costs = stored_costs(loaded, analysis, topology, args)
+        sim = simulator(analysis, topology, args.calibration, costs)
     if args.iterations is not None and args.iterations < 1:
         raise StrategyError(f"--iterations must be at least 1, got {args.iterations}")
     if args.budget < 0:
         raise StrategyError(f"--budget-s must not be negative, got {args.budget}")
+    if args.patience is not None and not args.patience > 0:
+        raise StrategyError(f"--patience-s must be positive, got {args.patience}")
     if args.search == "mcts":
         from tag_tf.search.mcts import MctsOptions, mcts_search
 
         if args.weights and args.prior != "gnn":
             raise StrategyError("--weights is for the GNN prior: add --prior gnn")
         result = mcts_search(sim, topology, MctsOptions(budget_s=args.budget, iterations=args.iterations,
-                                                        seed=args.seed, progress=not args.json), prior=args.prior,
+                                                        seed=args.seed, progress=not args.json,
+                                                        patience_s=args.patience), prior=args.prior,
                              weights=args.weights)
         search = {"search": "mcts", "prior": args.prior, "seed": args.seed, "iterations": result.iterations,
                   "iterations_to_beat_dp": result.iterations_to_beat_dp, "time_to_beat_dp_s": result.time_to_beat_dp_s,
-                  "fell_back_to_baseline": result.fell_back}
+                  "fell_back_to_baseline": result.fell_back, "converged": result.converged}
         simulations, seconds = result.simulations, result.seconds
     else:
         result = local_search(sim, topology, budget_s=args.budget, progress=not args.json)
@@ -89,7 +111,8 @@ def run(args) -> int:
                                                or result.strategy.name.endswith("+sfb"))
     if args.out:
         result.strategy.save(args.out)
-    out = {"model": loaded.source, "topology": topology.name, "calibration": sim.calibration_name, "simulated": True,
+    out = {"model": loaded.source, "topology": topology.name,
+           "calibration": LOCAL_CALIBRATION if local else sim.calibration_name, "simulated": True,
            "iteration_time_s": result.iteration_time_s,
            "baselines_s": {k: _seconds(v) for k, v in result.baselines.items()},
            "speedup_over_dp": result.speedup_over_dp, "best_baseline": result.best_baseline,

@@ -1,0 +1,55 @@
+"""`tag-tf plan --calibration local`: plans judged by the local machine model (this machine's CPUs as
+measured: op profile, transfers, collectives, per-step cost), the model benchmarks/real_execution.py
+checks against real runs."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tag_tf.frontend.cli import main
+from tag_tf.sim.local_runtime import RUNTIME_ENV
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_a_local_plan_is_judged_by_the_local_machine_model(tmp_path):
+    db, out = tmp_path / "profiles", tmp_path / "plan.json"
+    # Its own process: the local runtime is set before TensorFlow is imported.
+    proc = subprocess.run([sys.executable, "-m", "tag_tf.frontend.cli", "plan", "--model", "mlp", "--tiny",
+                           "--topology", "local:2", "--calibration", "local", "--budget-s", "2", "--profile-db",
+                           str(db), "--out", str(out), "--json"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["calibration"] == "local" and got["cost_sources"]["cpu"].startswith("profile (")
+    assert got["iteration_time_s"] <= min(v for v in got["baselines"].values() if v is not None)
+
+    # The same model, read back from the database the command filled, predicts that very figure.
+    from tag_tf.frontend.loading import analysis_for, load
+    from tag_tf.frontend.planning import local_machine_simulator
+    from tag_tf.strategy import Strategy
+    from tag_tf.topology.load import load_topology
+
+    class Args:
+        model, graph, tiny, batch, input_size, groups = "mlp", None, True, None, None, 60
+
+    loaded = load(Args)
+    analysis = analysis_for(loaded, Args)
+    sim = local_machine_simulator(analysis, load_topology("local:2"), "mlp", {"tiny": True}, str(db))
+    assert sim.machine.step_fixed_s > 0 and sim.profile.num_ops > 0
+    assert sim.simulate(Strategy.load(str(out))).iteration_time_s == pytest.approx(got["iteration_time_s"], rel=1e-9)
+
+
+def test_local_calibration_errors_name_the_problem(capsys, monkeypatch, tmp_path):
+    for key in RUNTIME_ENV:          # the command sets these for its process: restored after the test
+        monkeypatch.delenv(key, raising=False)
+    assert main(["plan", "--model", "mlp", "--tiny", "--topology", "testbed", "--calibration", "local"]) != 0
+    assert "topology 'testbed' is not this machine's CPU devices" in capsys.readouterr().err
+    graph = tmp_path / "g.pbtxt"
+    graph.write_text("")
+    assert main(["plan", "--graph", str(graph), "--topology", "local:2", "--calibration", "local"]) != 0
+    assert "--calibration local: needs --model" in capsys.readouterr().err
