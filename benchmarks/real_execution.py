@@ -43,20 +43,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.machine import cpu_name  # noqa: E402
+from benchmarks.simulator_accuracy import BATCH, MODELS as ACCURACY_MODELS  # noqa: E402
 from tag_tf.sim import local_model as lm  # noqa: E402
 
 lm.configure_runtime()     # before TensorFlow is imported; the servers started here inherit it
 
 import numpy as np  # noqa: E402
 
-BATCH = 64
-# As benchmarks/simulator_accuracy.py (tiny variants widened so that a one-device step takes tens of ms),
-# with a dynamic batch dimension: a user graph that distribute can shard.
-MODELS = {
-    "mlp": dict(tiny=True, dynamic_batch=True, dropout=0.0, input_size=1024, hidden=(1536, 1536)),
-    "cnn": dict(tiny=True, dynamic_batch=True, dropout=0.0, input_size=32, filters=(32, 64), dense_units=256),
-    "transformer": dict(tiny=True, dynamic_batch=True, dropout=0.0, input_size=16, d_model=64, d_ff=256),
-}
+# The simulator-accuracy benchmark's sizes (tiny variants widened so that a one-device step takes tens
+# of ms), with a dynamic batch dimension: a user graph that distribute can shard.
+MODELS = {name: dict(kwargs, dynamic_batch=True) for name, kwargs in ACCURACY_MODELS.items()}
 QUICK_MODELS = {name: dict(tiny=True, dynamic_batch=True, dropout=0.0) for name in MODELS}
 LOCAL_AUTO = "auto-local"     # auto judged by the local machine model (`tag-tf plan --calibration local`)
 REQUESTS = ("dp", "horovod", "auto", LOCAL_AUTO)
