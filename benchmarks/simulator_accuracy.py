@@ -88,7 +88,7 @@ LIMITS = [
 # ---------------------------------------------------------------------------------------------
 # Strategies
 # ---------------------------------------------------------------------------------------------
-def layered_split(analysis, devices) -> "Strategy":
+def layered_split(analysis, devices):
     """Groups in order of their first planned op, cut into len(devices) consecutive blocks: a
     pipeline-like model-parallel placement (every group on one device)."""
     from tag_tf.strategy import GroupPlan, Option, Strategy
@@ -195,7 +195,7 @@ class RealRun:
             self.sess = tf.compat.v1.Session(cluster_spec.target, graph=graph, config=config)
         ir = analysis.graph
         inits = [inst for v in ir.variables.values() if v.initializer
-                 for inst in compiled.builder.instances[v.initializer]]
+                 for inst in compiled.instances[v.initializer]]
         try:
             self.sess.run(inits)
         except Exception:

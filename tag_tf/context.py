@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from typing import Any, Callable, Iterator
 
@@ -24,7 +25,19 @@ class Options:
     balance_factor: float = 2.0     # METIS balance on compute time (paper: 2)
     seed: int = 0
     exact_batch_stats: bool = False  # BatchNorm: per-replica statistics (False) or synchronized (True)
-    cache_dir: str | None = None    # profiles and plans; None = no cache
+    cache_dir: str | None = None    # plans, profiles, topologies; None: default_cache_dir()
+
+    def cache_root(self) -> str:
+        return self.cache_dir or default_cache_dir()
+
+
+CACHE_ENV = "TAG_TF_CACHE_DIR"
+
+
+def default_cache_dir() -> str:
+    """The one cache root (plans/, profiles/, topology/ below it): $TAG_TF_CACHE_DIR, else
+    ~/.cache/tag_tf, never a folder relative to wherever a command runs."""
+    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tag_tf")
 
 
 @dataclasses.dataclass
@@ -40,12 +53,15 @@ class PassContext:
     def __init__(self, options: Options | None = None, deadline_s: float | None = None,
                  instruments: tuple[Callable[[str, Any], None], ...] = ()):
         self.options = options or Options()
+        self.deadline_s = deadline_s
         self._deadline = None if deadline_s is None else time.monotonic() + deadline_s
         self.instruments = tuple(instruments)
         self.timers: dict[str, Timer] = {}
 
     @contextlib.contextmanager
     def timer(self, name: str) -> Iterator[None]:
+        """Time a phase; a phase never starts after the deadline (checked here, between phases)."""
+        self.check_deadline(name)
         t = self.timers.setdefault(name, Timer(name))
         start = time.perf_counter()
         try:
@@ -60,7 +76,7 @@ class PassContext:
     def check_deadline(self, what: str) -> None:
         left = self.time_left()
         if left is not None and left <= 0:
-            raise DeadlineExceeded(f"{what}: deadline exceeded")
+            raise DeadlineExceeded(f"{what}: the deadline of {self.deadline_s:g} s ran out before it started")
 
     def after_pass(self, name: str, result: Any) -> None:
         for instrument in self.instruments:

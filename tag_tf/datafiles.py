@@ -1,9 +1,12 @@
-"""Users' data files (cluster, plan, topology) are read as bounded UTF-8 text, never executed.
+"""Users' data files (cluster, plan, topology) are read as bounded UTF-8 text, never executed; the
+caches' writes are made durable (`fsync_dir`).
 
 The parsers that follow are `json` and `yaml.safe_load` (no pickle, no eval, no YAML tags that build
 objects); the size limit keeps a wrong path (a log, a checkpoint) from being read whole into memory.
 """
 from __future__ import annotations
+
+import os
 
 CLUSTER_FILE_LIMIT = 1 << 20        # bytes: a cluster file lists host:port strings
 TOPOLOGY_FILE_LIMIT = 16 << 20
@@ -23,3 +26,18 @@ def read_text(path: str, what: str, limit: int, error: type[Exception]) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise error(f"{path}: {what} is not UTF-8 text (byte {e.start})") from None
+
+
+def fsync_dir(folder: str) -> None:
+    """Make a rename inside `folder` durable (the file's own fsync does not cover its directory
+    entry); a filesystem that cannot open directories keeps the rename as the OS does."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

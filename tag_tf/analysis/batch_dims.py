@@ -159,7 +159,7 @@ def substitute_batch(graph_def, inputs: Mapping[str, tuple[int, ...]], b1: int, 
         if not np.array_equal(scaled, value):
             node.attr["value"].tensor.CopyFrom(tensor_util.make_tensor_proto(scaled, dtype=value.dtype,
                                                                            shape=value.shape))
-    from tag_tf.ir.importer import _override_input_shapes
+    from tag_tf.ir.importer import override_input_shapes
 
-    _override_input_shapes(gd, inputs)
+    override_input_shapes(gd, inputs)
     return gd

@@ -67,7 +67,7 @@ def _quiet_stdout():
         os.close(devnull)
 
 
-class _UnionFind:
+class UnionFind:
     def __init__(self, n: int):
         self.parent = list(range(n))
 
@@ -101,7 +101,7 @@ def colocation_pairs(graph: Graph, ops: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def _join_parameter_bound_ops(graph: Graph, planning: PlanningGraph, index: Mapping[str, int],
-                              uf: _UnionFind) -> None:
+                              uf: UnionFind) -> None:
     """Join each op to a variable's colocation set when it exchanges more bytes with that set (reads
     the weights, produces their gradient) than with everything else (activations): a fully
     connected layer's forward and gradient ops then share the group of its weights, so a plan can
@@ -139,7 +139,7 @@ def group_ops(graph: Graph, planning: PlanningGraph, weights: np.ndarray, *, num
     weights = np.asarray(weights, dtype=float)
     total = float(weights.sum())
     index = {name: i for i, name in enumerate(planning.ops)}
-    uf = _UnionFind(n)
+    uf = UnionFind(n)
     members = list(planning.host)
     for a, b in colocation_pairs(graph, members):
         uf.union(index[planning.host[a]], index[planning.host[b]])

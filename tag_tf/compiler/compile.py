@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import types
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from tag_tf.analysis import Analysis
 from tag_tf.compiler.builder import GraphBuilder
@@ -32,6 +32,12 @@ class Compiled:
     devices: DeviceMap
     stats: Mapping[str, int]
     builder: GraphBuilder = dataclasses.field(repr=False, compare=False)
+
+    @property
+    def instances(self) -> Mapping[str, Sequence[str]]:
+        """Original op -> the compiled ops running it (one per replica or device), read-only; it
+        grows as `extend` adds adapters."""
+        return types.MappingProxyType(self.builder.instances)
 
     def extend(self, tensors: Iterable[str] = (), ops: Iterable[str] = ()) -> tuple[list[Any], dict[str, str]]:
         """Adapters for more fetches after compilation: (new NodeDefs to add to the live graph,
@@ -102,11 +108,11 @@ def check_compiled(analysis: Analysis, compiled: Compiled) -> None:
     """Postconditions: imports, is a DAG, fetches keep their static shape and dtype."""
     import tensorflow as tf
 
-    from tag_tf.ir.importer import _topological_order
+    from tag_tf.ir.importer import topological_order
 
     gd = compiled.graph_def
     try:
-        _topological_order(gd, {n.name: n for n in gd.node})
+        topological_order(gd, {n.name: n for n in gd.node})
     except GraphError as e:
         raise CompileError(f"compiled graph is not a DAG: {e}") from None
     g = tf.Graph()

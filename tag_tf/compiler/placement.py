@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tag_tf.analysis import Analysis
-from tag_tf.analysis.grouping import _UnionFind, colocation_pairs, group_ops
+from tag_tf.analysis.grouping import UnionFind, colocation_pairs, group_ops
 from tag_tf.analysis.simplify import PlanningGraph, training_ops
 from tag_tf.analysis.states import Flag, Kind
 from tag_tf.errors import StrategyError
@@ -82,7 +82,7 @@ class ColocationSets:
         graph = analysis.graph
         self.names = list(graph.order)
         self.index = {n: i for i, n in enumerate(self.names)}
-        uf = _UnionFind(len(self.names))
+        uf = UnionFind(len(self.names))
         for a, b in colocation_pairs(graph, self.names):
             uf.union(self.index[a], self.index[b])
         self._root = [uf.find(i) for i in range(len(self.names))]

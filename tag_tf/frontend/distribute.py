@@ -77,8 +77,9 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
     cluster: a cluster file (or ClusterSpec): run on those `tag-tf server`s, task i = machine i.
     cache_dir: where plans are cached (default: $TAG_TF_CACHE_DIR or ~/.cache/tag_tf); op times
         measured for this graph with `tag-tf profile` in its `profiles/` database are planned with.
-    budget_s: planning time budget in seconds (default: up to 30 s, ending early once the search
-        has converged; a given budget is searched whole).
+    budget_s: planning time budget in seconds, analysis included: the search gets what analysis
+        leaves of it (none left: the best baseline). Default: up to 30 s of search, ending early
+        once it has converged.
     verify: before training, check for 2 steps that the distributed graph trains like the original
         (first fed batch, or synthetic batches for iterator inputs); raise VerificationError if not.
     exact_batch_stats: BatchNorm replicas use the whole batch's statistics (exact, one extra
@@ -150,10 +151,10 @@ class Distribution:
             self._join_cluster(self.target.role)     # a non-chief task never returns from here
         self._start_logging()
         if self.target.discover:          # after logging starts: the topology found is reported
-            from tag_tf.frontend.planning import default_cache_dir
+            from tag_tf.context import Options
 
             try:
-                self.target = self.target.discovered(self.options["cache_dir"] or default_cache_dir())
+                self.target = self.target.discovered(Options(cache_dir=self.options["cache_dir"]).cache_root())
             except BaseException:
                 self._stop_logging()
                 raise
@@ -313,6 +314,10 @@ class Distribution:
         ir = from_graph_def(gd, meta, train_op=train_op)
         ctx = PassContext(Options(cache_dir=self.options["cache_dir"],
                                   exact_batch_stats=self.options["exact_batch_stats"]))
+        # A planning budget bounds analysis and planning together (compilation is not planning):
+        # the search gets what analysis left of it (none left: the best baseline, said so).
+        budget = self.options["budget_s"]
+        planning = PassContext(ctx.options, deadline_s=budget)
         batch = None
         if ir.meta.batch_size is None:     # dynamic batch: plan at the size actually fed
             sizes = [np.shape(feeds[f])[0] for f in ir.meta.feeds if f in feeds and np.ndim(feeds[f])]
@@ -323,10 +328,10 @@ class Distribution:
         target.check()                     # an unreachable cluster fails here, naming the task
         costs = None
         if request_key(self.options["strategy"]) in PLANNED:     # only planning reads the profile database
-            costs = stored_costs_for(analysis, target.topology, os.path.join(self.options["cache_dir"], "profiles")
-                                     if self.options["cache_dir"] else None)
+            costs = stored_costs_for(analysis, target.topology, os.path.join(ctx.options.cache_root(), "profiles"))
         plan = resolve_strategy(analysis, target.topology, self.options["strategy"],
-                                cache_dir=self.options["cache_dir"], budget_s=self.options["budget_s"],
+                                cache_dir=ctx.options.cache_root(),
+                                budget_s=None if budget is None else max(0.0, planning.time_left() or 0.0),
                                 calibration=self.options["calibration"], costs=costs, sfb=self.options["sfb"])
         compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices,
                                     fetches=[f for f in fetches if f.rpartition(":")[0] in ir],

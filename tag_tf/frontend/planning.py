@@ -20,6 +20,8 @@ import time
 from typing import Any, Callable
 
 from tag_tf.compiler.placement import validated_duplicates
+from tag_tf.context import CACHE_ENV, default_cache_dir  # noqa: F401  (re-exported: the plan cache's root)
+from tag_tf.datafiles import fsync_dir
 from tag_tf.errors import StrategyError
 from tag_tf.strategy import Strategy
 
@@ -31,7 +33,6 @@ PLANNED = ("auto", *BASELINE_REQUESTS, *(b + SFB for b in BASELINE_REQUESTS))
 CACHE_FORMAT = "tag_tf.plan/2"
 # Bumped whenever the planner's choices change for the same inputs: older cached plans then miss.
 PLANNER_VERSION = "mcts/3"      # 2: group refinement, per-plan shares, balanced groups; 3: SFB
-CACHE_ENV = "TAG_TF_CACHE_DIR"
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -269,8 +270,6 @@ def _calibration_key(calibration: Any, topology: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 # The plan cache
 # ---------------------------------------------------------------------------------------------
-def default_cache_dir() -> str:
-    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tag_tf")
 
 
 def grouping_digest(analysis: Any) -> str:
@@ -316,6 +315,7 @@ class PlanCache:
             os.chmod(tmp, 0o644)               # readable like the user's other files (mkstemp makes 0600)
             os.replace(tmp, path)
             tmp = None
+            fsync_dir(os.path.dirname(path))
         except OSError as e:
             log.warning("cannot write the plan cache %s (%s)", path, e)
         finally:

@@ -178,7 +178,7 @@ class Program:
         """The compiled tensor to feed for original tensor `name` (feeds keep their names)."""
         op, _, index = name.rpartition(":")
         self._known(op, f"feed {name!r}")
-        instances = self.compiled.builder.instances[op]
+        instances = self.compiled.instances[op]
         if len(instances) != 1:
             raise CompileError(f"cannot feed {name!r}: the plan runs its op on {len(instances)} devices; feed a "
                                f"placeholder (or a tensor computed once) instead")

@@ -86,7 +86,7 @@ def infer_shapes(graph_def: Any, input_shapes: Mapping[str, tuple[int, ...]] | N
         gd = graph_pb2.GraphDef()
         gd.CopyFrom(graph_def)
         _standin_dequeues(gd, input_shapes or {})
-        _override_input_shapes(gd, input_shapes or {})
+        override_input_shapes(gd, input_shapes or {})
     g = tf.Graph()
     try:
         with g.as_default():
@@ -150,7 +150,7 @@ def _standin_dequeues(gd: Any, overrides: Mapping[str, tuple[int, ...]]) -> None
         node.input.extend(names + control)
 
 
-def _override_input_shapes(gd: Any, input_shapes: Mapping[str, tuple[int, ...]]) -> None:
+def override_input_shapes(gd: Any, input_shapes: Mapping[str, tuple[int, ...]]) -> None:
     from tensorflow.core.framework import tensor_shape_pb2
 
     def shape_proto(dims):
@@ -262,7 +262,7 @@ def from_graph_def(graph_def: Any, meta_graph_def: Any = None, *, train_op: str 
 
     if shapes is None:
         shapes = infer_shapes(graph_def, input_shapes)
-    order = _topological_order(graph_def, nodes)
+    order = topological_order(graph_def, nodes)
     ops = []
     for name in order:
         node = nodes[name]
@@ -315,7 +315,7 @@ def from_file(path: str, **kwargs: Any) -> Graph:
         raise GraphError(f"{path}: {e}") from None
 
 
-def _topological_order(graph_def: Any, nodes: Mapping[str, Any]) -> list[str]:
+def topological_order(graph_def: Any, nodes: Mapping[str, Any]) -> list[str]:
     """Kahn's algorithm, stable in GraphDef order; loop back-edges (NextIteration) are ignored."""
     index = {node.name: i for i, node in enumerate(graph_def.node)}
     indegree = {name: 0 for name in nodes}

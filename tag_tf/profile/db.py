@@ -22,6 +22,8 @@ import re
 import tempfile
 from typing import Any, Callable, Mapping, Sequence
 
+from tag_tf.context import default_cache_dir
+from tag_tf.datafiles import fsync_dir
 from tag_tf.errors import ProfileError
 from tag_tf.profile.costmodel import CostModel, CostModelConstants
 from tag_tf.profile.op_profiler import OpProfile
@@ -31,8 +33,9 @@ log = logging.getLogger(__name__)
 def default_db_path() -> str:
     """Profiles live beside the plans: $TAG_TF_CACHE_DIR/profiles, default ~/.cache/tag_tf/profiles
     (never a folder relative to wherever the command happens to run)."""
-    root = os.environ.get("TAG_TF_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tag_tf")
-    return os.path.join(root, "profiles")
+    return os.path.join(default_cache_dir(), "profiles")
+
+
 _FORMAT = 1
 
 
@@ -80,6 +83,7 @@ class ProfileDB:
                     os.fsync(fh.fileno())
                 os.chmod(tmp, 0o644)   # mkstemp makes 0600; the database is shared
                 os.replace(tmp, path)
+                fsync_dir(folder)
             except BaseException:
                 if os.path.exists(tmp):
                     os.unlink(tmp)

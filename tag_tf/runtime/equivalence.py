@@ -158,7 +158,7 @@ def run_compiled(analysis: Analysis, compiled: Compiled, initial: Mapping[str, n
     loss = compiled.fetch_tensors.get(ir.meta.loss) if ir.meta.loss else None
     losses = []
     with tf.compat.v1.Session(target, graph=g, config=config) as sess:
-        sess.run(_initializers(ir, compiled.builder.instances))
+        sess.run(_initializers(ir, compiled.instances))
         io.load(sess, initial)
         for step in range(steps):
             start = time.perf_counter()

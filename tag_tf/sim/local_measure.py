@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 

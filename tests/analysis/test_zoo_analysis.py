@@ -95,7 +95,7 @@ def test_dense_layers_join_their_weights_convolutions_stay_free():
     """An op that exchanges more bytes with a variable's set (weights in, gradient out) than with
     anything else joins it before METIS runs; a convolution, whose activations outweigh its kernel,
     is left to METIS."""
-    from tag_tf.analysis.grouping import _join_parameter_bound_ops, _UnionFind
+    from tag_tf.analysis.grouping import _join_parameter_bound_ops, UnionFind
 
     # fc: a 4096x256 kernel (4 MiB) against 512 KiB of input; conv_0: a 3x3x3x32 kernel against
     # 4 MiB of output.
@@ -105,7 +105,7 @@ def test_dense_layers_join_their_weights_convolutions_stay_free():
         assert group[op] == group["fc/kernel"], op
     planning = a.planning
     index = {n: i for i, n in enumerate(planning.ops)}
-    uf = _UnionFind(len(planning.ops))
+    uf = UnionFind(len(planning.ops))
     for x, y in colocation_pairs(a.graph, list(planning.host)):
         uf.union(index[planning.host[x]], index[planning.host[y]])
     before = [uf.find(i) for i in range(len(planning.ops))]

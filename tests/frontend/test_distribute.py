@@ -245,6 +245,29 @@ def test_given_strategy_file_and_object(cache, tmp_path):
             train_with_session(Model(), 1)
 
 
+def test_a_budget_used_up_by_analysis_leaves_the_best_baseline(cache, monkeypatch):
+    """budget_s bounds analysis and planning together: the search gets what analysis left of it
+    (here nothing: `auto` falls back to the best baseline without searching) and still trains like
+    the plain graph; without a budget the planner keeps its own default."""
+    import tag_tf.frontend.distribute as distribute_module
+
+    given = []
+    real = distribute_module.resolve_strategy
+
+    def spy(*args, **kwargs):
+        given.append(kwargs["budget_s"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(distribute_module, "resolve_strategy", spy)
+    plain = train_with_session(Model(), 3)
+    with dist(cache, strategy="auto", budget_s=1e-9):
+        losses = train_with_session(Model(), 3)
+    np.testing.assert_allclose(losses, plain, rtol=RTOL)
+    with dist(cache, strategy="dp"):
+        train_with_session(Model(), 1)
+    assert given == [0.0, None]
+
+
 def test_auto_plans_by_simulation(small_graph):
     """"auto" is never slower (simulated) than either DP baseline; with no budget it is the better
     baseline."""

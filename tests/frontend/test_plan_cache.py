@@ -66,3 +66,37 @@ def test_sfb_requests_are_planned_cached_and_checked(tmp_path):
     on = resolve_strategy(a, topo, "auto", cache_dir=str(tmp_path), budget_s=2)
     off = resolve_strategy(a, topo, "auto", cache_dir=str(tmp_path), budget_s=2, sfb=False)
     assert on.cache_path != off.cache_path and not off.strategy.sfb
+
+
+_PLAN_WRITER = """
+import sys
+from tag_tf.frontend.planning import PlanCache
+from tag_tf.strategy import Option, Strategy
+seed, root = int(sys.argv[1]), sys.argv[2]
+cache = PlanCache(root)
+path = cache.path("g", "t", "dp", 400, grouping="x")
+devices = [(0, 1), (0, 1, 2), (1,), (2, 3)][seed]
+mine = Strategy.uniform(400, devices, Option.ALLREDUCE)
+for _ in range(30):
+    cache.store(path, mine, "dp")
+    got = cache.load(path)                  # a whole plan of some writer, never a torn file
+    assert got is not None and len(got.groups) == 400, "torn read"
+"""
+
+
+def test_concurrent_writer_processes_leave_a_whole_plan(tmp_path):
+    """Four processes store and read the same plan key at once (two runs planning one graph): every
+    read and the final file are one writer's whole plan, and no temp file is left behind."""
+    import subprocess
+    import sys
+
+    procs = [subprocess.Popen([sys.executable, "-c", _PLAN_WRITER, str(seed), str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in range(4)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+    cache = PlanCache(str(tmp_path))
+    got = cache.load(cache.path("g", "t", "dp", 400, grouping="x"))
+    assert got is not None and len(set(got.groups)) == 1
+    assert got.groups[0].devices in [(0, 1), (0, 1, 2), (1,), (2, 3)]
+    assert [f for f in os.listdir(os.path.join(str(tmp_path), "plans")) if f.endswith(".tmp")] == []

@@ -109,3 +109,21 @@ def test_imports_run_down_the_pipeline():
     assert bad == {}, f"modules importing a later stage: {bad}"
     assert all(layer_of(m) is not None for m in graph() if m.count(".") >= 1), \
         "a package is missing from LAYERS"
+
+
+def private_imports(path: str, module: str) -> list[str]:
+    """`_name`s this file imports from another tag_tf package (a private helper used as if public)."""
+    package = module.split(".")[1] if module.count(".") >= 1 else ""
+    found = []
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("tag_tf."):
+            if node.module.split(".")[1] == package:
+                continue
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_private_helper_crosses_a_package():
+    bad = {m: found for m, p in sorted(modules().items()) if (found := private_imports(p, m))}
+    assert bad == {}, f"private names imported from another package (make them public there): {bad}"
