@@ -16,11 +16,11 @@ Each run starts from the same initial values and trains on the same batches; rep
 min / max step time of the timed steps, the first step (analysis, planning, compilation), the
 relative loss difference from the single-device run (equivalence: the first 5 steps within 1e-4;
 the largest over all steps is reported too), and
-the local machine model's prediction (`tag_tf.sim.local_model.local_simulator`: op profile and
+the local machine model's prediction (`tag_tf.localmachine.model.local_simulator`: op profile and
 communication measured on this machine, cached) of the plan `distribute` used. Speed-ups of auto
 over dp and horovod, measured and predicted.
 
-Runtime: the local machine model's (`tag_tf.sim.local_runtime`: one intra-op and one inter-op
+Runtime: the local machine model's (`tag_tf.localmachine.runtime`: one intra-op and one inter-op
 thread per process, two inter-op threads in the servers, oneDNN and Grappler off), set before
 TensorFlow is imported; the predictions hold for that runtime only (benchmarks/step_time.py
 measures TensorFlow's default threads, which the model does not describe).
@@ -44,7 +44,7 @@ sys.path.insert(0, ROOT)
 
 from benchmarks.machine import cpu_name  # noqa: E402
 from benchmarks.simulator_accuracy import BATCH, MODELS as ACCURACY_MODELS  # noqa: E402
-from tag_tf.sim import local_model as lm  # noqa: E402
+from tag_tf.localmachine import model as lm  # noqa: E402
 
 lm.configure_runtime()     # before TensorFlow is imported; the servers started here inherit it
 

@@ -2,7 +2,7 @@
 
 For tiny zoo models (sized so that one iteration takes tens of ms) and a mix of strategies, each
 strategy is compiled and run for real, and predicted by the local machine model
-(`tag_tf.sim.local_model`):
+(`tag_tf.localmachine.model`):
   * one process with 4 virtual CPU devices (`DeviceMap.local_cpus(4)`, topology `local:4`): one
     device, DP on 2 and 4 devices, PS, duplicate, model parallel (METIS inside every group), a
     layered split of the groups over 2 devices, uneven batch shares, a seeded random strategy;
@@ -13,7 +13,7 @@ strategy is compiled and run for real, and predicted by the local machine model
 Fusion check: per model and setup, measured and predicted DP/Horovod step-time ratio (`fusion`).
 
 Runtime (the same for the profile, the communication measurements and the real runs; see
-`tag_tf.sim.local_runtime`): one intra-op thread per process; one inter-op thread in the process that
+`tag_tf.localmachine.runtime`): one intra-op thread per process; one inter-op thread in the process that
 runs the in-process strategies (the simulator runs the ops of one process one at a time, and so
 does TensorFlow then); two inter-op threads in the server processes (their gRPC request handlers
 share that pool with the executor); oneDNN and Grappler off (the ops that run are the ops that were
@@ -45,7 +45,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tag_tf.sim import local_model as lm  # noqa: E402
+from tag_tf.localmachine import model as lm  # noqa: E402
 
 lm.configure_runtime()     # before TensorFlow is imported (servers inherit it too)
 

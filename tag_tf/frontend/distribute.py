@@ -315,7 +315,7 @@ class Distribution:
         ctx = PassContext(Options(cache_dir=self.options["cache_dir"],
                                   exact_batch_stats=self.options["exact_batch_stats"]))
         # A planning budget bounds analysis and planning together (compilation is not planning):
-        # the search gets what analysis left of it (none left: the best baseline, said so).
+        # the search gets what analysis left of it (none left: the best baseline).
         budget = self.options["budget_s"]
         planning = PassContext(ctx.options, deadline_s=budget)
         batch = None

@@ -75,7 +75,7 @@ LOCAL_CALIBRATION = "local"
 
 def local_setup(topology: Any) -> Any:
     """The local machine model's setup (`LocalSetup`) that `topology` describes, or StrategyError."""
-    from tag_tf.sim.local_runtime import LocalSetup
+    from tag_tf.localmachine.runtime import LocalSetup
 
     counts = {len(m.gpus) for m in topology.machines}
     if any(d.type != "cpu" for d in topology.devices) or len(counts) != 1:
@@ -85,17 +85,21 @@ def local_setup(topology: Any) -> Any:
 
 
 def local_machine_simulator(analysis: Any, topology: Any, model: str, build_kwargs: dict[str, Any],
-                            db: Any = None) -> Any:
-    """The local machine model's simulator (`tag_tf.sim.local_model`) of a zoo model on this machine's
+                            db: Any = None, *, use_db: bool = True) -> Any:
+    """The local machine model's simulator (`tag_tf.localmachine.model`) of a zoo model on this machine's
     CPUs: `topology` is local:N (one process) or cpu-PxN (P local server processes). Its op profile
     and machine measurements come from the profile database (measured now and stored the first
     time); they describe the pinned local runtime, so the process must have called
-    `local_model.configure_runtime()` before importing TensorFlow."""
+    `tag_tf.localmachine.runtime.configure_runtime()` before importing TensorFlow. `use_db=False`:
+    measured now and stored nowhere (`tag-tf plan --no-profiles`)."""
     from tag_tf.profile.db import ProfileDB
-    from tag_tf.sim import local_model as lm
+    from tag_tf.localmachine import model as lm
 
     setup = local_setup(topology)
-    db = db if db is not None and not isinstance(db, (str, os.PathLike)) else ProfileDB(db)
+    if not use_db:           # measured now, kept nowhere
+        db = None
+    elif db is None or isinstance(db, (str, os.PathLike)):
+        db = ProfileDB(db)
     kwargs = {k: v for k, v in build_kwargs.items() if k != "batch_size"}
     return lm.local_simulator(analysis, setup.num_devices, setup.processes, db=db,
                               model=lm.ZooModel.of(model, **kwargs))

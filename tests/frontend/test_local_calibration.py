@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tag_tf.frontend.cli import main
-from tag_tf.sim.local_runtime import RUNTIME_ENV
+from tag_tf.localmachine.runtime import RUNTIME_ENV
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -42,6 +42,18 @@ def test_a_local_plan_is_judged_by_the_local_machine_model(tmp_path):
     sim = local_machine_simulator(analysis, load_topology("local:2"), "mlp", {"tiny": True}, str(db))
     assert sim.machine.step_fixed_s > 0 and sim.profile.num_ops > 0
     assert sim.simulate(Strategy.load(str(out))).iteration_time_s == pytest.approx(got["iteration_time_s"], rel=1e-9)
+
+
+def test_no_profiles_measures_the_local_machine_and_stores_nothing(tmp_path):
+    db, cache = tmp_path / "profiles", tmp_path / "cache"
+    proc = subprocess.run([sys.executable, "-m", "tag_tf.frontend.cli", "plan", "--model", "mlp", "--tiny",
+                           "--topology", "local:2", "--calibration", "local", "--budget-s", "1", "--no-profiles",
+                           "--profile-db", str(db), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TAG_TF_CACHE_DIR": str(cache)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["calibration"] == "local" and got["cost_sources"]["cpu"].startswith("profile (")
+    assert not db.exists() and not cache.exists()        # neither the given nor the default database
 
 
 def test_local_calibration_errors_name_the_problem(capsys, monkeypatch, tmp_path):

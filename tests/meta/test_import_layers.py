@@ -14,6 +14,7 @@ LAYERS = (
     ("compiler", "runtime"),
     ("profile",),
     ("sim",),
+    ("localmachine",),
     ("search",),
     ("frontend", "estimator"),
 )

@@ -47,7 +47,7 @@ def run(args) -> int:
     from tag_tf.context import Options, PassContext
     from tag_tf.search.local_search import NOTHING_FITS, describe, local_search
     from tag_tf.frontend.planning import LOCAL_CALIBRATION, local_machine_simulator, local_setup, simulator
-    from tag_tf.sim.local_runtime import configure_runtime
+    from tag_tf.localmachine.runtime import configure_runtime
     from tag_tf.topology.load import load_topology
 
     local = args.calibration == LOCAL_CALIBRATION
@@ -64,8 +64,8 @@ def run(args) -> int:
     analysis = analysis_for(loaded, args, ctx)
     if local:
         costs = None
-        sim = local_machine_simulator(analysis, topology, args.model, model_kwargs(args),
-                                      None if args.no_profiles else args.profile_db)
+        sim = local_machine_simulator(analysis, topology, args.model, model_kwargs(args), args.profile_db,
+                                      use_db=not args.no_profiles)
     else:
         costs = stored_costs(loaded, analysis, topology, args)
         sim = simulator(analysis, topology, args.calibration, costs)

@@ -1,6 +1,6 @@
 """What the local machine model measures on this machine: TF transfers between two devices,
 CollectiveReduceV2 over k devices, the per-step cost of a session.run and the compiler's conversions
-on a CPU, plus the line fitted to such samples (`local_model.measure_machine` runs them per setup).
+on a CPU, plus the line fitted to such samples (`model.measure_machine` runs them per setup).
 
 Each transfer/collective time is (median chained step - median baseline step) / chain length, the
 baseline having the same participants without the communication (see `tag_tf.profile.comm`).
@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from tag_tf.profile.comm import chain_length, time_pair
-from tag_tf.sim.local_runtime import SetupRunner, session_config
+from tag_tf.localmachine.runtime import SetupRunner, session_config
 
 _KEYS = itertools.count(1 << 30)   # collective keys of the measurements: far above the ones compiled graphs use
 

@@ -10,7 +10,7 @@ from conftest import analysis_of
 from tag_tf.errors import ProfileError
 from tag_tf.profile.db import ProfileDB
 from tag_tf.search.baselines import data_parallel
-from tag_tf.sim import local_model as lm
+from tag_tf.localmachine import model as lm
 from tag_tf.strategy import Option, Strategy
 
 SIZES = (256, 1 << 16)          # two message sizes keep the measurements short
@@ -86,7 +86,7 @@ def test_executor_overhead_spreads_the_untraced_remainder(machine):
 def test_message_cost_between_two_server_processes():
     """The executor time of a cross-process transfer is measured on real servers, and a two-process
     LocalMachine hands it to the simulator's comm model."""
-    from tag_tf.sim.local_measure import measure_message_cost
+    from tag_tf.localmachine.probes import measure_message_cost
 
     setup = lm.LocalSetup(2, 1)
     with lm.local_servers(2, 1) as spec:

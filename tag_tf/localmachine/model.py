@@ -10,9 +10,9 @@ Two local setups are modelled:
     `runtime.cluster.local_cluster`; `DeviceMap.for_topology`): topology `cpu_topology(P, n)`, one
     topology machine per process.
 
-Runtime configuration: see `tag_tf.sim.local_runtime` (one intra-op thread per process, one inter-op
+Runtime configuration: see `tag_tf.localmachine.runtime` (one intra-op thread per process, one inter-op
 thread in a process that runs ops itself, SERVER_INTER_OP_THREADS in server processes, oneDNN and
-Grappler off); what is measured and how: `tag_tf.sim.local_measure`.
+Grappler off); what is measured and how: `tag_tf.localmachine.probes`.
 
 What the model is made of (everything measured on this machine, cached in the ProfileDB, keyed by
 RUNTIME_TAG):
@@ -42,10 +42,10 @@ import numpy as np
 
 from tag_tf.errors import ProfileError
 from tag_tf.profile.segmented import SegmentedLinear
-from tag_tf.sim.local_measure import (fit_line, measure_collectives, measure_conversions, measure_message_cost,
+from tag_tf.localmachine.probes import (fit_line, measure_collectives, measure_conversions, measure_message_cost,
                                       measure_step_overhead, measure_transfers)
 # configure_runtime and session_config are re-exported: callers use the model through this module.
-from tag_tf.sim.local_runtime import (RUNTIME_ENV, RUNTIME_TAG, THREADS, LocalSetup, SetupRunner, configure_runtime,
+from tag_tf.localmachine.runtime import (RUNTIME_ENV, RUNTIME_TAG, THREADS, LocalSetup, SetupRunner, configure_runtime,
                                       local_servers, session_config)
 from tag_tf.sim.simulator import SimReport, Simulator, training_costs
 
