@@ -31,6 +31,7 @@ Usage: python -m benchmarks run real [--quick]   (or: python benchmarks/real_exe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> dict:
         rows[f"{name}/single"] = reference
         for setup_name, setup in SETUPS.items():
             with (lm.local_servers(setup.processes, setup.devices_per_process) if setup.processes > 1
-                  else _no_servers()) as spec:
+                  else contextlib.nullcontext()) as spec:
                 sim = None
                 for request in REQUESTS:
                     strategy = request
@@ -148,18 +149,11 @@ def run(args: argparse.Namespace) -> dict:
                     row["equivalent"] = row["loss_rel_diff_first_steps"] <= EQUIVALENCE_RTOL
                     rows[f"{name}/{setup_name}/{request}"] = row
                     print(f"{name:12s} {setup_name:6s} {request:10s} {_line(row)}", flush=True)
-    return {"measured": True, "cpu": cpu_name(), "cores": os.cpu_count(),
-            "batch": BATCH, "warmup": args.warmup, "steps": args.steps, "models": {m: sizes[m] for m in args.models.split(",")},
+    return {"measured": True, "cpu": cpu_name(), "cores": os.cpu_count(), "batch": BATCH, "warmup": args.warmup,
+            "steps": args.steps, "models": {m: sizes[m] for m in args.models.split(",")},
             "runtime": {"tag": lm.RUNTIME_TAG, "env": dict(lm.RUNTIME_ENV), "grappler": "off"},
-            "equivalence": {"steps": EQUIVALENCE_STEPS, "rtol": EQUIVALENCE_RTOL}, "rows": rows, "summary": summarize(rows)}
-
-
-class _no_servers:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return None
+            "equivalence": {"steps": EQUIVALENCE_STEPS, "rtol": EQUIVALENCE_RTOL}, "rows": rows,
+            "summary": summarize(rows)}
 
 
 def _line(row: dict) -> str:
