@@ -1,5 +1,5 @@
 """Users' data files (cluster, plan, topology) are read as bounded UTF-8 text, never executed; the
-caches' writes are made durable (`fsync_dir`).
+caches' files are written whole and durably (`write_atomic`).
 
 The parsers that follow are `json` and `yaml.safe_load` (no pickle, no eval, no YAML tags that build
 objects); the size limit keeps a wrong path (a log, a checkpoint) from being read whole into memory.
@@ -41,3 +41,26 @@ def fsync_dir(folder: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write `text` to `path` whole or not at all, durably, readable by others (0644): a temporary
+    file in the same folder (`.tmp-*.tmp`, removed on failure), fsynced, renamed over `path`, the
+    rename fsynced. Two processes writing one path leave one writer's whole file. OSError as raised."""
+    import tempfile
+
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())        # a crash leaves the old file or the new one, never half
+        os.chmod(tmp, 0o644)            # mkstemp makes 0600; caches are shared
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    fsync_dir(folder)

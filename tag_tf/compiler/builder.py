@@ -525,8 +525,8 @@ class GraphBuilder:
         Recomputing the op on one device would gather its split input (a Concat of every shard)
         only to read its shape: one activation-sized transfer per layer-norm gradient per step.
         Instead, take the shape of a shard (the one on `device` when there is one), which differs
-        from the whole only along the batch axis, and put the global row count there. None when an input is not a plain split
-        tensor (the caller recomputes).
+        from the whole only along the batch axis, and put the global row count there. None when
+        an input is not a plain split tensor (the caller recomputes).
         """
         src = self.graph.op(op)
         dev = self.devices[device]

@@ -314,10 +314,6 @@ class Distribution:
         ir = from_graph_def(gd, meta, train_op=train_op)
         ctx = PassContext(Options(cache_dir=self.options["cache_dir"],
                                   exact_batch_stats=self.options["exact_batch_stats"]))
-        # A planning budget bounds analysis and planning together (compilation is not planning):
-        # the search gets what analysis left of it (none left: the best baseline).
-        budget = self.options["budget_s"]
-        planning = PassContext(ctx.options, deadline_s=budget)
         batch = None
         if ir.meta.batch_size is None:     # dynamic batch: plan at the size actually fed
             sizes = [np.shape(feeds[f])[0] for f in ir.meta.feeds if f in feeds and np.ndim(feeds[f])]
@@ -331,7 +327,7 @@ class Distribution:
             costs = stored_costs_for(analysis, target.topology, os.path.join(ctx.options.cache_root(), "profiles"))
         plan = resolve_strategy(analysis, target.topology, self.options["strategy"],
                                 cache_dir=ctx.options.cache_root(),
-                                budget_s=None if budget is None else max(0.0, planning.time_left() or 0.0),
+                                budget_s=self._search_budget(start),
                                 calibration=self.options["calibration"], costs=costs, sfb=self.options["sfb"])
         compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices,
                                     fetches=[f for f in fetches if f.rpartition(":")[0] in ir],
@@ -348,6 +344,12 @@ class Distribution:
                  "compiled in %.2f s", kind, ir.fingerprint, len(ir), ir.meta.train_op, target.topology.num_devices,
                  target.topology.name, plan.describe(), time.perf_counter() - start)
         return program
+
+    def _search_budget(self, start: float) -> float | None:
+        """What a given planning budget leaves for the search once capture and analysis (begun at
+        `start`) have had their part (none left: the best baseline); None: the planner's default."""
+        budget = self.options["budget_s"]
+        return None if budget is None else max(0.0, budget - (time.perf_counter() - start))
 
     def _verify(self, analysis: Any, compiled: Any, feeds: dict[str, Any]) -> None:
         from tag_tf.runtime.equivalence import check_equivalence

@@ -15,13 +15,12 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from typing import Any, Callable
 
 from tag_tf.compiler.placement import validated_duplicates
 from tag_tf.context import CACHE_ENV, default_cache_dir  # noqa: F401  (re-exported: the plan cache's root)
-from tag_tf.datafiles import fsync_dir
+from tag_tf.datafiles import write_atomic
 from tag_tf.errors import StrategyError
 from tag_tf.strategy import Strategy
 
@@ -307,24 +306,11 @@ class PlanCache:
     def store(self, path: str, strategy: Strategy, request: str) -> None:
         """Write atomically (two processes may plan the same graph at once); a read-only or full
         disk only costs the next run a re-plan."""
-        tmp = None
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                json.dump({"format": CACHE_FORMAT, "planner": PLANNER_VERSION, "request": request,
-                           "strategy": strategy.to_dict()}, f)
-                f.flush()
-                os.fsync(f.fileno())           # a crash leaves the old entry or the new one, never half
-            os.chmod(tmp, 0o644)               # readable like the user's other files (mkstemp makes 0600)
-            os.replace(tmp, path)
-            tmp = None
-            fsync_dir(os.path.dirname(path))
+            write_atomic(path, json.dumps({"format": CACHE_FORMAT, "planner": PLANNER_VERSION, "request": request,
+                                           "strategy": strategy.to_dict()}))
         except OSError as e:
             log.warning("cannot write the plan cache %s (%s)", path, e)
-        finally:
-            if tmp is not None and os.path.exists(tmp):
-                os.unlink(tmp)
 
 
 __all__ = ["Plan", "PlanCache", "baseline", "check_request", "choose_auto", "default_cache_dir", "plan",

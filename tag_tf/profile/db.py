@@ -19,11 +19,10 @@ import json
 import logging
 import os
 import re
-import tempfile
 from typing import Any, Callable, Mapping, Sequence
 
 from tag_tf.context import default_cache_dir
-from tag_tf.datafiles import fsync_dir
+from tag_tf.datafiles import write_atomic
 from tag_tf.errors import ProfileError
 from tag_tf.profile.costmodel import CostModel, CostModelConstants
 from tag_tf.profile.op_profiler import OpProfile
@@ -71,23 +70,9 @@ class ProfileDB:
         return doc.get("value")
 
     def _write(self, path: str, key: Mapping[str, Any], value: Any) -> str:
-        folder = os.path.dirname(path)
         try:
-            os.makedirs(folder, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump({"format": _FORMAT, "key": _jsonable(key), "value": value}, fh,
-                              default=_json_default)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.chmod(tmp, 0o644)   # mkstemp makes 0600; the database is shared
-                os.replace(tmp, path)
-                fsync_dir(folder)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+            write_atomic(path, json.dumps({"format": _FORMAT, "key": _jsonable(key), "value": value},
+                                          default=_json_default))
         except OSError as e:
             raise ProfileError(f"{path}: cannot write the profile database ({e.strerror or e})") from None
         return path

@@ -17,6 +17,7 @@ import logging
 import os
 from typing import Any, Sequence
 
+from tag_tf.datafiles import write_atomic
 from tag_tf.runtime.discovery import gather
 
 log = logging.getLogger("tag_tf.discovery")
@@ -129,11 +130,7 @@ def discover(spec: Any, cache_dir: str | None = None, measure: bool = True) -> t
         if links is None and measure:
             links = measure_links(spec)
             if path:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = f"{path}.{os.getpid()}.tmp"
-                with open(tmp, "w") as f:
-                    json.dump(links, f, indent=1)
-                os.replace(tmp, path)
+                write_atomic(path, json.dumps(links, indent=1))
         report["links"] = links
         if links is not None:
             topo_spec["inter"] = {"switch": f"{links['bandwidth'] * 8 / 1e9:.6g}Gbps",
