@@ -105,13 +105,13 @@ def traced_step(run_once: Callable[[], None]) -> dict:
                         "transfers" if op.startswith(_TRANSFERS) else "compute")
                 lo = line.timestamp_ns * 1e3 + event.offset_ps
                 spans[kind].append((lo, lo + event.duration_ps))
-    row = {kind: _union_us(v) / 1e9 for kind, v in spans.items()}       # ps -> ms
-    busy = _union_us([iv for v in spans.values() for iv in v]) / 1e9
+    row = {kind: _union_ps(v) / 1e9 for kind, v in spans.items()}       # ps -> ms
+    busy = _union_ps([iv for v in spans.values() for iv in v]) / 1e9
     row.update(wall_ms=wall * 1e3, idle=max(wall * 1e3 - busy, 0.0), ops=sum(len(v) for v in spans.values()))
     return row
 
 
-def _union_us(intervals: list[tuple[float, float]]) -> float:
+def _union_ps(intervals: list[tuple[float, float]]) -> float:
     total, end = 0.0, None
     for lo, hi in sorted(intervals):
         if end is None or lo > end:

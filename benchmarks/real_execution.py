@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -44,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.machine import cpu_name  # noqa: E402
+from benchmarks.peers import summarize as summarize_steps  # noqa: E402
 from benchmarks.simulator_accuracy import BATCH, MODELS as ACCURACY_MODELS  # noqa: E402
 from tag_tf.localmachine import model as lm  # noqa: E402
 
@@ -71,9 +71,7 @@ def train(model, feeds: list[dict], warmup: int, sess) -> dict:
         _, loss = sess.run([model.train_op, model.loss], feed)
         times.append(time.perf_counter() - start)
         losses.append(float(loss))
-    timed = times[warmup:]
-    return {"median_ms": statistics.median(timed) * 1e3, "min_ms": min(timed) * 1e3, "max_ms": max(timed) * 1e3,
-            "first_step_s": times[0], "losses": losses}
+    return dict(summarize_steps(times, losses, warmup), losses=losses)
 
 
 def single_device(model, feeds: list[dict], warmup: int) -> dict:
