@@ -48,7 +48,8 @@ setup(
     install_requires=CORE + TF,
     extras_require={
         "gpu": ["tensorflow[and-cuda]==2.15.1"],
-        "dev": ["pytest==9.2.0", "pytest-timeout==2.4.0", "pybind11==3.1.0", "ruff==0.8.4", "mypy==1.13.0"],
+        "dev": ["pytest==9.2.0", "pytest-timeout==2.4.0", "pybind11==3.1.0", "ruff==0.8.4", "mypy==1.13.0",
+                "import-linter==2.5.2", "grimp==3.20"],
     },
     ext_modules=ext_modules,
     cmdclass=cmdclass,

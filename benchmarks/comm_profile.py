@@ -1,6 +1,6 @@
 """Profile communication on this machine and fit segmented linear models.
 
-Measures (real TensorFlow runs, see tag_tf/profile/comm.py for the method):
+Measures (real TensorFlow runs, see tag_tf/measure/comm.py for the method):
   * p2p: gRPC transfers between two local tf.distribute.Server processes over 127.0.0.1;
   * all-reduce: CollectiveReduceV2 over 4 virtual CPU devices in one session;
   * all-reduce: CollectiveReduceV2 over 2 server processes (gRPC), unless --no-processes;
@@ -21,8 +21,9 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tag_tf.profile.comm import (  # noqa: E402
-    CommModel, LocalCluster, SegmentedLinear, measure_allreduce, measure_p2p, sizes_up_to)
+from tag_tf.measure.comm import measure_allreduce, measure_p2p, sizes_up_to  # noqa: E402
+from tag_tf.profile.comm import CommModel, SegmentedLinear  # noqa: E402
+from tag_tf.runtime.cluster import LocalCluster  # noqa: E402
 from tag_tf.topology.presets import local  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

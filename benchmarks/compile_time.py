@@ -22,6 +22,7 @@ from tag_tf.compiler import DeviceMap, compile_strategy  # noqa: E402
 from tag_tf.context import PassContext                   # noqa: E402
 from tag_tf.frontend.loading import model_ir             # noqa: E402
 from tag_tf.models import build_model                    # noqa: E402
+from tag_tf.profile.weights import reference_weights  # noqa: E402
 from tag_tf.search.baselines import data_parallel, random_strategy  # noqa: E402
 from tag_tf.topology.load import load_topology          # noqa: E402
 
@@ -36,7 +37,8 @@ def main() -> None:
         t0 = time.perf_counter()
         model = build_model(name)
         graph = model_ir(model)
-        analysis = analyze(PassContext(), graph, rebuild=lambda b: model_ir(build_model(name, batch_size=b)))
+        analysis = analyze(PassContext(), graph, rebuild=lambda b: model_ir(build_model(name, batch_size=b)),
+                           weight_fn=reference_weights)
         analyze_s = time.perf_counter() - t0
         row = {"ops": len(graph), "groups": len(analysis.grouping.groups), "batch": analysis.batch_size,
                "build_and_analyze_s": round(analyze_s, 2)}

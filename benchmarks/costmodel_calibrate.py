@@ -38,8 +38,8 @@ from tag_tf.profile.costmodel import (DEFAULT_GPU_CONSTANTS, CostModel, calibrat
                                       calibration_samples, fit_stats)
 from tag_tf.profile.costs import op_costs  # noqa: E402
 from tag_tf.profile.flops import OpWork, graph_work_detail  # noqa: E402
-from tag_tf.profile.op_profiler import (TrainStep, check_same_ops, fit_linear, profile_steps,  # noqa: E402
-                                        repeat_noise)
+from tag_tf.measure.ops import TrainStep, check_same_ops, profile_steps  # noqa: E402
+from tag_tf.profile.op_profile import fit_linear, repeat_noise  # noqa: E402
 from tag_tf.topology.gpus import GPU_TYPES, gpu_type  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -32,6 +32,7 @@ from tag_tf.context import PassContext                   # noqa: E402
 from tag_tf.errors import StrategyError                  # noqa: E402
 from tag_tf.frontend.loading import model_ir             # noqa: E402
 from tag_tf.models import MODEL_NAMES, build_model       # noqa: E402
+from tag_tf.profile.weights import reference_weights  # noqa: E402
 from tag_tf.search.heterog import heterog                 # noqa: E402
 from tag_tf.search.local_search import local_search      # noqa: E402
 from tag_tf.sim.simulator import Simulator               # noqa: E402
@@ -81,7 +82,8 @@ def main() -> int:
         t0 = time.perf_counter()
         model = build_model(name)
         analysis = analyze(PassContext(), model_ir(model),
-                           rebuild=lambda b, name=name: model_ir(build_model(name, batch_size=b)))
+                           rebuild=lambda b, name=name: model_ir(build_model(name, batch_size=b)),
+                           weight_fn=reference_weights)
         analyze_s = time.perf_counter() - t0
         for topo_name in args.topologies.split(","):
             topology = load_topology(topo_name)

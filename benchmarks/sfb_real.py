@@ -51,12 +51,14 @@ def measure_model(name: str, args: argparse.Namespace) -> dict:
     from tag_tf.context import PassContext
     from tag_tf.frontend.loading import model_ir
     from tag_tf.models import build_model
+    from tag_tf.profile.weights import reference_weights
     from tag_tf.runtime.cluster import cpu_topology, local_cluster
     from tag_tf.runtime.equivalence import check_equivalence, run_compiled, run_original
 
     build = lambda batch: build_model(name, tiny=True, batch_size=batch, dropout=0.0)  # noqa: E731
     model = build(args.batch)
-    analysis = analyze(PassContext(), model_ir(model), rebuild=lambda b: model_ir(build(b)), batch_size=args.batch)
+    analysis = analyze(PassContext(), model_ir(model), rebuild=lambda b: model_ir(build(b)), batch_size=args.batch,
+                       weight_fn=reference_weights)
     topology = cpu_topology(2, 1)
     plans, predicted, solver = strategies(analysis, topology)
     rng = np.random.default_rng(0)

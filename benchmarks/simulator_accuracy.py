@@ -105,7 +105,7 @@ def layered_split(analysis, devices):
 
 
 def strategies_for(analysis, seed: int) -> list[tuple[str, lm.LocalSetup, object]]:
-    from tag_tf.compiler.fusion import HOROVOD_FUSION_BYTES
+    from tag_tf.placement.fusion import HOROVOD_FUSION_BYTES
     from tag_tf.search.baselines import random_strategy
     from tag_tf.strategy import Option, Strategy
 
@@ -284,6 +284,7 @@ def main() -> int:
     from tag_tf.frontend.loading import model_ir
     from tag_tf.models import build_model
     from tag_tf.profile.db import ProfileDB
+    from tag_tf.profile.weights import reference_weights
     from tag_tf.sim.simulator import Simulator
 
     started = time.time()
@@ -305,7 +306,8 @@ def main() -> int:
         def rebuild(b, name=name, kw=kw):
             return model_ir(build_model(name, batch_size=b, **kw))
 
-        analysis = analyze(PassContext(Options(num_groups=60)), model_ir(model), rebuild=rebuild)
+        analysis = analyze(PassContext(Options(num_groups=60)), model_ir(model), rebuild=rebuild,
+                           weight_fn=reference_weights)
         print(f"profiling {name} ({len(analysis.planning.ops)} planned ops, {len(analysis.grouping.groups)} groups)...",
               flush=True)
         profile = lm.local_profile(analysis, lm.ZooModel.of(name, **kw), db, repeats=args.profile_repeats)

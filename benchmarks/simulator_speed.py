@@ -49,6 +49,7 @@ def build_analysis(name: str, batch: int | None):
     from tag_tf.context import Options, PassContext
     from tag_tf.frontend.loading import model_ir
     from tag_tf.models import build_model
+    from tag_tf.profile.weights import reference_weights
 
     kw = {} if batch is None else {"batch_size": batch}
     t0 = time.perf_counter()
@@ -59,7 +60,7 @@ def build_analysis(name: str, batch: int | None):
     def rebuild(b: int):
         return model_ir(build_model(name, **{**kw, "batch_size": b}))
 
-    analysis = analyze(PassContext(Options(num_groups=60)), graph, rebuild=rebuild)
+    analysis = analyze(PassContext(Options(num_groups=60)), graph, rebuild=rebuild, weight_fn=reference_weights)
     return analysis, time.perf_counter() - t0
 
 

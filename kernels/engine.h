@@ -454,12 +454,9 @@ inline Status Engine::run(const GraphView& g) {
     if (readers == 0) free_buffer(task, t);
   };
 
-  for (int32_t i = 0; i < n; ++i)
-    if (pending[i] == 0) ready_list[num_ready++] = i;
-
-  double t = 0.0;
-  for (;;) {
-    // --- Admit the tasks that became ready in this round (rules 3b, 3c). ---
+  // Rules 3b, 3c: the tasks that became ready at t start at once when they need no resource, else
+  // join each resource's queue, kept ordered by (ready time, id).
+  auto admit_ready = [&](double t) {
     int32_t num_admit = 0;
     // Index loop: finishing a zero-duration task appends to ready_list while we walk it.
     for (int32_t i = 0; i < num_ready; ++i) {
@@ -481,8 +478,8 @@ inline Status Engine::run(const GraphView& g) {
       const int32_t b = admit[i];
       for (int32_t k = res_ptr[b]; k < res_ptr[b + 1]; ++k) {
         const int32_t r = res[k];
-        // Keep waiting tasks ordered by (ready_time, id). Everything queued is ready at <= t, so
-        // only same-time tasks with a larger id (queued in an earlier round at t) can be passed.
+        // Everything queued is ready at <= t, so only same-time tasks with a larger id (queued in
+        // an earlier round at t) can be passed.
         int32_t j = q_tail[r]++;
         while (j > q_head[r]) {
           const int32_t prev = q_buf[j - 1];
@@ -494,10 +491,11 @@ inline Status Engine::run(const GraphView& g) {
         dirty[num_dirty++] = r;
       }
     }
-
-    // --- Start what can start (rule 2). Only a resource freed or given a task this round can
-    // have a newly startable head. Starting a task makes its resources busy, so one pass suffices,
-    // in any order: two startable heads never share a resource (both would be its head). ---
+  };
+  // Rule 2: start every queue head whose resources are all free and headed by it. Only a resource
+  // freed or given a task this round can have a newly startable head. Starting a task makes its
+  // resources busy, so one pass suffices, in any order: two startable heads never share a resource.
+  auto start_heads = [&](double t) {
     for (int32_t i = 0; i < num_dirty; ++i) {
       const int32_t r = dirty[i];
       if (holder[r] >= 0 || q_head[r] == q_tail[r]) continue;
@@ -521,14 +519,10 @@ inline Status Engine::run(const GraphView& g) {
       heap.push(end[h], h);
     }
     num_dirty = 0;
-
-    // --- Next round at the same t (zero-duration tasks just started), or close t and advance. ---
-    if (heap.top_time() == t) {
-      while (heap.top_time() == t) finish(heap.pop(), t);
-      continue;
-    }
-    // All rounds at t are done: live[] counts exactly the buffers live over [t, next event), so
-    // peaks are sampled here (rule 4); only pools that allocated at t can have risen.
+  };
+  // Rule 4, once all rounds at t are done: live[] counts exactly the buffers live over
+  // [t, next event); only pools that allocated at t can have risen.
+  auto sample_peaks = [&](double t) {
     for (int32_t i = 0; i < num_pools; ++i) {
       const int32_t p = pools[i];
       if (live[p] > peak_live[p]) {
@@ -537,6 +531,21 @@ inline Status Engine::run(const GraphView& g) {
       }
     }
     num_pools = 0;
+  };
+
+  for (int32_t i = 0; i < n; ++i)
+    if (pending[i] == 0) ready_list[num_ready++] = i;
+
+  double t = 0.0;
+  for (;;) {
+    admit_ready(t);
+    start_heads(t);
+    // Next round at the same t (zero-duration tasks just started), or close t and advance.
+    if (heap.top_time() == t) {
+      while (heap.top_time() == t) finish(heap.pop(), t);
+      continue;
+    }
+    sample_peaks(t);
     if (heap.empty()) break;
     t = heap.top_time();
     while (heap.top_time() == t) finish(heap.pop(), t);

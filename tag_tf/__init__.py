@@ -8,7 +8,8 @@ The one line most users need::
 The pipeline underneath, for programs that drive it themselves::
 
     graph = tag_tf.ir.from_graph_def(graph_def)                    # IR
-    analysis = tag_tf.analyze(tag_tf.PassContext(), graph)         # batch dims, categories, groups
+    analysis = tag_tf.analyze(tag_tf.PassContext(), graph,         # batch dims, categories, groups
+                              weight_fn=tag_tf.reference_weights)  # METIS weights: op compute times
     sim = tag_tf.Simulator(analysis, tag_tf.load_topology("testbed"))
     report = sim.simulate(strategy)                                # predicted iteration (simulated)
     compiled = tag_tf.compile_strategy(ctx, analysis, strategy, tag_tf.DeviceMap.local_cpus(4))
@@ -23,6 +24,7 @@ _EXPORTS = {
     "distribute": "tag_tf.frontend.distribute",
     "analyze": "tag_tf.analysis",
     "Analysis": "tag_tf.analysis",
+    "reference_weights": "tag_tf.profile.weights",
     "PassContext": "tag_tf.context",
     "Options": "tag_tf.context",
     "Strategy": "tag_tf.strategy",

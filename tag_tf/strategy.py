@@ -11,11 +11,14 @@ import enum
 import hashlib
 import json
 import math
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
 from tag_tf.errors import StrategyError
+
+if TYPE_CHECKING:
+    from tag_tf.topology.spec import Topology
 
 
 class Option(enum.Enum):
@@ -72,7 +75,7 @@ class Strategy:
     name: str = ""
     # Gradient fusion: AllReduce partial sums over the same devices are packed into buckets of at
     # most this many bytes (Horovod's Tensor Fusion); None = one collective per tensor (the paper's
-    # DP-NCCL). See tag_tf/compiler/fusion.py.
+    # DP-NCCL). See tag_tf/placement/fusion.py.
     fusion_bytes: int | None = None
     # All-reduces of gradients start only once the backward pass has produced every gradient of
     # their sync level on the device (a barrier): DP-NCCL as the paper measured it, in-graph
@@ -104,7 +107,7 @@ class Strategy:
         return cls(tuple(plan for _ in range(num_groups)), None if shares is None else tuple(shares), **kw)
 
     @classmethod
-    def from_matrix(cls, placement: np.ndarray, options: Sequence[Option], topology: Any,
+    def from_matrix(cls, placement: np.ndarray, options: Sequence[Option], topology: Topology,
                     shares: Sequence[float] | None = None, **kw: Any) -> "Strategy":
         """The paper's form: placement[i, j] = 1 if group i uses device group j."""
         placement = np.asarray(placement)

@@ -37,10 +37,11 @@ def zoo(name: str, **kw):
 def analysis_of(name: str, num_groups: int = 60, exact_batch_stats: bool = False, **kw):
     from tag_tf.analysis import analyze
     from tag_tf.context import Options, PassContext
+    from tag_tf.profile.weights import reference_weights
 
     model, graph, rebuild = zoo(name, **kw)
     ctx = PassContext(Options(num_groups=num_groups, exact_batch_stats=exact_batch_stats))
-    return model, analyze(ctx, graph, rebuild=rebuild, batch_size=model.batch_size)
+    return model, analyze(ctx, graph, rebuild=rebuild, batch_size=model.batch_size, weight_fn=reference_weights)
 
 
 def batches(model, steps: int, seed: int = 0):

@@ -26,7 +26,6 @@ from tag_tf.ir.importer import measure_shapes
 log = logging.getLogger("tag_tf.analysis")
 
 DEFAULT_DYNAMIC_BATCH = 32
-REFERENCE_DEVICE = "V100-32GB"   # compute weights for grouping are estimated on this GPU type
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +37,7 @@ class Analysis:
     annotations: Mapping[str, OpAnnotation]
     planning: PlanningGraph
     grouping: Grouping
-    weights: np.ndarray           # compute weight of each planned op (seconds on REFERENCE_DEVICE)
+    weights: np.ndarray           # grouping weight of each planned op (the weight_fn's, e.g. seconds)
 
     @property
     def batch_size(self) -> int:
@@ -228,25 +227,6 @@ def _with_shapes(graph_def: Any, graph: Graph, measured: Mapping[str, tuple[int,
     return from_graph_def(graph_def, shapes=shapes, **kwargs)
 
 
-def compute_weights(graph_b1: Graph, planning: PlanningGraph) -> np.ndarray:
-    """Estimated compute time of each planned op (its folded members included) on REFERENCE_DEVICE."""
-    from tag_tf.profile.costmodel import CostModel
-    from tag_tf.profile.flops import graph_work
-    from tag_tf.topology.gpus import gpu_type
-
-    members = planning.members()
-    names = [m for p in planning.ops for m in members[p]]
-    flops, nbytes = graph_work(graph_b1, names)
-    times = CostModel().times(np.asarray(flops), np.asarray(nbytes), gpu_type(REFERENCE_DEVICE))
-    weights = np.zeros(len(planning.ops))
-    k = 0
-    for i, p in enumerate(planning.ops):
-        n = len(members[p])
-        weights[i] = float(np.sum(times[k:k + n]))
-        k += n
-    return np.maximum(weights, 1e-9)
-
-
 WeightFn = Callable[[Graph, PlanningGraph], np.ndarray]
 
 
@@ -255,9 +235,10 @@ def uniform_weights(graph_b1: Graph, planning: PlanningGraph) -> np.ndarray:
 
 
 def analyze(ctx: PassContext, graph: Graph, *, batch_size: int | None = None,
-            rebuild: Callable[[int], Graph] | None = None, weight_fn: WeightFn | None = None) -> Analysis:
-    """`weight_fn(graph_b1, planning)` gives each planned op's compute weight for grouping
-    (default: the analytical cost model on REFERENCE_DEVICE)."""
+            rebuild: Callable[[int], Graph] | None = None, weight_fn: WeightFn) -> Analysis:
+    """`weight_fn(graph_b1, planning)` gives each planned op's compute weight for grouping: the
+    paper's are op compute times (`tag_tf.profile.weights.reference_weights`, estimated statically);
+    `uniform_weights` counts ops."""
     opts = ctx.options
     with ctx.timer("analyze/batch_dims"):
         g1, g2, b1, b2 = batch_variants(graph, batch_size, rebuild)
@@ -267,7 +248,7 @@ def analyze(ctx: PassContext, graph: Graph, *, batch_size: int | None = None,
     with ctx.timer("analyze/simplify"):
         planning = simplify(g1)
     with ctx.timer("analyze/weights"):
-        weights = (weight_fn or compute_weights)(g1, planning)
+        weights = weight_fn(g1, planning)
     with ctx.timer("analyze/grouping"):
         grouping = group_ops(g1, planning, weights, num_groups=opts.num_groups,
                              balance_factor=opts.balance_factor, seed=opts.seed)
@@ -291,4 +272,4 @@ def _check(a: Analysis) -> None:
             raise AssertionError(f"analysis: colocated ops {x!r} and {y!r} are in different groups")
 
 
-__all__ = ["Analysis", "analyze", "batch_variants", "compute_weights", "TensorRef"]
+__all__ = ["Analysis", "WeightFn", "analyze", "batch_variants", "uniform_weights", "TensorRef"]

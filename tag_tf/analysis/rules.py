@@ -677,6 +677,11 @@ def rule_int_local(v: OpView) -> OpAnnotation | None:
     use it as a shape or index (where local is right) or globalise it."""
     if not v.outputs_int() or not v.has(LOC):
         return None
+    return _int_local(v)
+
+
+def _int_local(v: OpView) -> OpAnnotation:
+    """Computed on each shard as is: LOCAL inputs stay local, batch inputs come split, others whole."""
     requires = []
     for i, cls in enumerate(v.classes):
         requires.append(v.ins[i] if cls == LOC else (v.batch_state(i) if cls == BATCH else FULL))
@@ -720,11 +725,22 @@ def _rule_for(op_type: str) -> Rule | None:
 
 
 def decide(v: OpView) -> OpAnnotation:
-    """The annotation of one op, given its inputs' states."""
-    if not v.ins:
-        return invariant(v)
-    if all(c == PLAIN for c in v.classes):
-        return invariant(v)
+    """The annotation of one op, given its inputs' states: the first of these steps that decides."""
+    if not v.ins or all(c == PLAIN for c in v.classes):
+        return invariant(v)                  # nothing that depends on the batch flows in
+    forced = _forced(v)
+    if forced is not None:
+        return forced
+    rule = _rule_for(v.type)
+    for step in (_by_rule, _partial_family, _local_family, _sample_family):
+        result = step(v, rule)
+        if result is not None:
+            return result
+    return _fallback(v, rule)
+
+
+def _forced(v: OpView) -> OpAnnotation | None:
+    """Ops whose annotation no rule may override."""
     if v.type in SHAPE_STITCH and v.has(LOC) and all(c in (PLAIN, LOC) for c in v.classes) and v.outputs_int():
         # A shape assembled from shard shapes and constants (math_ops.reduced_shape in every Sum/Mean
         # gradient over a non-batch axis with a dynamic batch): on the shard it is the shard's shape,
@@ -734,49 +750,56 @@ def decide(v: OpView) -> OpAnnotation:
         return rule_int_local(v)
     if v.type in NEEDS_FULL:
         return needs_full(v, "needs-full-batch")
-    rule = _rule_for(v.type)
-    if rule is not None:
-        result = rule(v)
-        if result is not None:
-            return result
-    # Generic families.
-    if v.has(PART) and v.type in ADDITIVE and all(c in (PLAIN, PART) for c in v.classes):
+    return None
+
+
+def _by_rule(v: OpView, rule: Rule | None) -> OpAnnotation | None:
+    """The op type's own rule (RULES, pass-through, variable writers), when it has one that applies."""
+    return rule(v) if rule is not None else None
+
+
+def _partial_family(v: OpView, rule: Rule | None) -> OpAnnotation | None:
+    """Partial-sum inputs: aggregated first, or kept partial through ops that are linear in them."""
+    if not v.has(PART):
+        return None
+    if v.type in ADDITIVE and all(c in (PLAIN, PART) for c in v.classes) and not all(c == PART for c in v.classes):
         # E.g. a weight-decay gradient plus the data gradient: aggregate the partial sum first
         # (the same single all-reduce the update needs anyway), then add on whole values.
-        if not all(c == PART for c in v.classes):
-            return needs_full(v, "sum-whole-and-partial")
-    if v.has(PART):
-        linear = None
-        if v.type in ADDITIVE:
-            linear = linear_partial(v)
-        elif v.type in SCALED:
-            for pos in SCALED[v.type]:
-                linear = linear or linear_partial(v, (pos,))
-        elif v.type in ("Reshape", "Transpose", "ExpandDims", "Squeeze", "Tile", "Cast"):
-            linear = linear_partial(v, (0,)) if v.type != "Cast" or _float_to_float(v) else None
-        if linear is not None:
-            return linear
-    if v.has(LOC):
-        int_local = rule_int_local(v)
-        if int_local is not None:
-            return int_local
+        return needs_full(v, "sum-whole-and-partial")
+    linear = None
+    if v.type in ADDITIVE:
+        linear = linear_partial(v)
+    elif v.type in SCALED:
+        for pos in SCALED[v.type]:
+            linear = linear or linear_partial(v, (pos,))
+    elif v.type in ("Reshape", "Transpose", "ExpandDims", "Squeeze", "Tile", "Cast"):
+        linear = linear_partial(v, (0,)) if v.type != "Cast" or _float_to_float(v) else None
+    return linear
+
+
+def _local_family(v: OpView, rule: Rule | None) -> OpAnnotation | None:
+    """LOCAL inputs through integer arithmetic stay LOCAL."""
+    return rule_int_local(v) if v.has(LOC) else None
+
+
+def _sample_family(v: OpView, rule: Rule | None) -> OpAnnotation | None:
+    """Elementwise ops, and ops without a rule known to treat samples independently."""
     if v.type in ELEMENTWISE:
-        result = elementwise(v)
-        if result is not None:
-            return result
-    elif v.type in SAMPLE_OPS and rule is None:
-        result = per_sample(v, "per-sample")
-        if result is not None:
-            return result
+        return elementwise(v)
+    if v.type in SAMPLE_OPS and rule is None:
+        return per_sample(v, "per-sample")
+    return None
+
+
+def _fallback(v: OpView, rule: Rule | None) -> OpAnnotation:
+    """No step decided: a known op mixes samples; an unknown one is exact on the shard if it only
+    computes integers, and otherwise gets the whole batch (reported as unclassified)."""
     if rule is not None or v.type in ELEMENTWISE or v.type in SAMPLE_OPS:
         # A known op used in a way that mixes samples (e.g. concat along the batch axis).
         return needs_full(v, "mixes-samples")
     if v.outputs_int():
         # Unknown integer op: computing it on the shard is what LOCAL means, so it is exact.
-        requires = [v.ins[i] if c == LOC else (v.batch_state(i) if c == BATCH else FULL)
-                    for i, c in enumerate(v.classes)]
-        outputs = [local(*_local_axis(v, j)) for j in range(len(v.op.outputs))]
-        return annotate(Category.CONCAT, outputs, requires, "int-local")
+        return _int_local(v)
     return needs_full(v, "unclassified", (Flag.UNCLASSIFIED,))
 
 

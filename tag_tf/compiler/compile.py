@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from tag_tf.analysis import Analysis
 from tag_tf.compiler.builder import GraphBuilder
 from tag_tf.compiler.devices import DeviceMap
-from tag_tf.compiler.placement import Placement, resolve
+from tag_tf.placement.layout import Placement, resolve
 from tag_tf.context import PassContext
 from tag_tf.errors import CompileError, GraphError
 from tag_tf.ir import Graph, TensorRef

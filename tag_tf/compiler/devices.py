@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tag_tf.compiler.placement import HOST
+from tag_tf.placement.layout import HOST
 
 
 @dataclasses.dataclass(frozen=True)

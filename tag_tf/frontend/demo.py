@@ -16,11 +16,17 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from tag_tf.runtime.sessions import session_config
+
+if TYPE_CHECKING:
+    from tag_tf.search.mcts import MctsResult
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.strategy import Strategy
+    from tag_tf.topology.spec import Topology
 
 MODEL = "cnn"
 PLAN_BATCH = 96          # the paper's batch size for its CNNs
@@ -45,6 +51,7 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     from tag_tf.context import PassContext
     from tag_tf.frontend.loading import model_ir
     from tag_tf.models import build_model
+    from tag_tf.profile.weights import reference_weights
     from tag_tf.search.local_search import describe
     from tag_tf.search.mcts import MctsOptions, mcts_search
     from tag_tf.sim.simulator import Simulator
@@ -60,7 +67,8 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     # 1. Analyze -------------------------------------------------------------------------------
     ctx = PassContext()
     analysis = analyze(ctx, model_ir(build_model(model, batch_size=PLAN_BATCH, dropout=0.0)),
-                       rebuild=lambda b: model_ir(build_model(model, batch_size=b, dropout=0.0)))
+                       rebuild=lambda b: model_ir(build_model(model, batch_size=b, dropout=0.0)),
+                       weight_fn=reference_weights)
     rep = analysis.report()
     say(f"1. analyze: {rep['ops']} ops, {rep['training_ops']} in the training step -> "
         f"{rep['simplified_ops']} planned ops in {rep['groups']} groups; "
@@ -116,7 +124,7 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     return demo
 
 
-def _cluster_line(topology: Any) -> str:
+def _cluster_line(topology: Topology) -> str:
     """E.g. "1 machine with 4x V100-32GB (nvlink); 4 machines with 2x GTX1080Ti (pcie); ..."."""
     kinds: dict[str, int] = {}
     for m in topology.machines:
@@ -139,13 +147,13 @@ def _plan_summary(rows: list[dict[str, Any]]) -> str:
                      for (opt, where), n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
-def _baseline(sim: Any, name: str, topology: Any):
+def _baseline(sim: Simulator, name: str, topology: Topology) -> Strategy:
     from tag_tf.search.baselines import baseline
 
     return baseline(name, sim.num_groups, topology)
 
 
-def _timeline(sim: Any, strategy: Any, png: str, title: str, trace: str | None = None) -> None:
+def _timeline(sim: Simulator, strategy: Strategy, png: str, title: str, trace: str | None = None) -> None:
     from tag_tf.sim.gantt import plot_gantt
     from tag_tf.sim.trace import write_chrome_trace
 
@@ -187,8 +195,8 @@ def _train(model: str, steps: int, distributed: bool) -> list[float]:
     return losses
 
 
-def _write_report(out_dir: str, demo: DemoResult, model: str, topology: Any, analysis: dict[str, Any],
-                  rows: list[dict[str, Any]], search: Any, seconds: float) -> None:
+def _write_report(out_dir: str, demo: DemoResult, model: str, topology: Topology, analysis: dict[str, Any],
+                  rows: list[dict[str, Any]], search: MctsResult, seconds: float) -> None:
     lines = [
         f"# tag_tf demo: {model} on {topology.name}",
         "",

@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -53,6 +53,11 @@ from tag_tf.frontend.program import GraphInfo, Program, Runner, capture
 from tag_tf.frontend.session_patch import bypass, install, uninstall
 from tag_tf.frontend.session_values import read_variables, synthetic_batch, write_variables
 from tag_tf.frontend.target import Target, resolve_target
+
+if TYPE_CHECKING:
+    from tag_tf.analysis import Analysis
+    from tag_tf.compiler import Compiled
+    from tag_tf.runtime.roles import Role
 
 log = logging.getLogger("tag_tf.distribute")
 
@@ -182,7 +187,7 @@ class Distribution:
                            f"tag_tf.distribute: {failed[0]}")
 
     # -- one script on every task (TF_CONFIG, ClusterResolver) -------------------------------------
-    def _join_cluster(self, role: Any) -> None:
+    def _join_cluster(self, role: Role) -> None:
         """Every task serves its machine; the chief waits for the others and drives the run, any
         other task blocks until the chief ends it, then ends this process (0; 1 if the chief is lost)."""
         from tag_tf.runtime import roles
@@ -308,6 +313,7 @@ class Distribution:
         from tag_tf.compiler import check_compilable, compile_strategy
         from tag_tf.context import Options, PassContext
         from tag_tf.ir import from_graph_def
+        from tag_tf.profile.weights import reference_weights
 
         start = time.perf_counter()
         gd, meta, train_op = capture(graph, roots)
@@ -318,7 +324,7 @@ class Distribution:
         if ir.meta.batch_size is None:     # dynamic batch: plan at the size actually fed
             sizes = [np.shape(feeds[f])[0] for f in ir.meta.feeds if f in feeds and np.ndim(feeds[f])]
             batch = int(sizes[0]) if sizes else None
-        analysis = analyze(ctx, ir, batch_size=batch)
+        analysis = analyze(ctx, ir, batch_size=batch, weight_fn=reference_weights)
         check_compilable(analysis.graph)   # before planning: a refusal leaves no cached plan
         target = self.target
         target.check()                     # an unreachable cluster fails here, naming the task
@@ -351,7 +357,7 @@ class Distribution:
         budget = self.options["budget_s"]
         return None if budget is None else max(0.0, budget - (time.perf_counter() - start))
 
-    def _verify(self, analysis: Any, compiled: Any, feeds: dict[str, Any]) -> None:
+    def _verify(self, analysis: Analysis, compiled: Compiled, feeds: dict[str, Any]) -> None:
         from tag_tf.runtime.equivalence import check_equivalence
 
         batch = dict(feeds)

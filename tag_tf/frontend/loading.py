@@ -3,18 +3,26 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tag_tf.analysis import Analysis, analyze
 from tag_tf.context import Options, PassContext
 from tag_tf.ir import Graph, from_file
+from tag_tf.profile.weights import reference_weights
+
+if TYPE_CHECKING:
+    from tag_tf.models.base import ModelGraph
+    from tag_tf.profile.stored import StoredCosts
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.strategy import Strategy
+    from tag_tf.topology.spec import Topology
 
 
 @dataclasses.dataclass
 class Loaded:
     graph: Graph
     rebuild: Callable[[int], Graph] | None
-    model: Any = None            # ModelGraph when it came from the zoo
+    model: ModelGraph | None = None      # when it came from the zoo
     source: str = ""
 
 
@@ -40,7 +48,7 @@ def model_kwargs(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
     return kw
 
 
-def model_ir(model: Any) -> Graph:
+def model_ir(model: ModelGraph) -> Graph:
     return model.ir()
 
 
@@ -66,7 +74,8 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
                    help="ignore the profile database: op times from the datasheet cost model only")
 
 
-def stored_costs(loaded: Loaded, analysis: Analysis, topology: Any, args: argparse.Namespace) -> Any:
+def stored_costs(loaded: Loaded, analysis: Analysis, topology: Topology, args: argparse.Namespace
+                 ) -> StoredCosts | None:
     """The profile database's costs for this program (None with --no-profiles). A zoo model also
     finds profiles measured at other batch sizes: it is rebuilt at the profile's batch size and
     matched by fingerprint, exactly as `tag-tf profile` keyed it."""
@@ -74,15 +83,18 @@ def stored_costs(loaded: Loaded, analysis: Analysis, topology: Any, args: argpar
 
     if getattr(args, "no_profiles", False):
         return None
-    rebuild = None
-    if loaded.rebuild is not None:
-        def rebuild(batch: int) -> str:
-            return loaded.rebuild(batch).fingerprint
+    rebuild: Callable[[int], str] | None = None
+    build = loaded.rebuild
+    if build is not None:
+        def fingerprint_at(batch: int) -> str:
+            return build(batch).fingerprint
+        rebuild = fingerprint_at
     return stored_costs_for(analysis, topology, getattr(args, "profile_db", None), rebuild)
 
 
-def strategy_from_spec(spec: str, analysis: Analysis, topology: Any, *, seed: int = 0,
-                       check_topology: bool = True, budget_s: float = 10.0, sim: Any = None) -> Any:
+def strategy_from_spec(spec: str, analysis: Analysis, topology: Topology, *, seed: int = 0,
+                       check_topology: bool = True, budget_s: float = 10.0, sim: Simulator | None = None
+                       ) -> Strategy:
     """`--strategy`: a baseline ("dp", "dp-p", "horovod", "horovod-p"; "heterog" is searched for
     `budget_s` seconds), "random" (seeded), any of those with "+sfb" (sufficient factor broadcasting
     applied where it simulates faster) or a strategy JSON file, checked against the graph (and,
@@ -124,7 +136,8 @@ FUSION_HELP = ("gradient buckets: 'none' (one reduction per tensor), a size such
                "size that simulates fastest); default: what the strategy says")
 
 
-def with_fusion(strategy: Any, spec: str | None, analysis: Analysis, topology: Any, sim: Any = None) -> Any:
+def with_fusion(strategy: Strategy, spec: str | None, analysis: Analysis, topology: Topology,
+                sim: Simulator | None = None) -> Strategy:
     """`--fusion`: override the strategy's gradient bucket cap (`auto`: judged by `sim`)."""
     import dataclasses
 
@@ -154,8 +167,8 @@ def with_fusion(strategy: Any, spec: str | None, analysis: Analysis, topology: A
 def analysis_for(loaded: Loaded, args: argparse.Namespace, ctx: PassContext | None = None) -> Analysis:
     ctx = ctx or PassContext(Options(num_groups=getattr(args, "groups", None) or 60))
     if getattr(args, "graph", None):
-        return analyze(ctx, loaded.graph, batch_size=getattr(args, "batch", None))
-    return analyze(ctx, loaded.graph, rebuild=loaded.rebuild)
+        return analyze(ctx, loaded.graph, batch_size=getattr(args, "batch", None), weight_fn=reference_weights)
+    return analyze(ctx, loaded.graph, rebuild=loaded.rebuild, weight_fn=reference_weights)
 
 
 __all__ = ["FUSION_HELP", "Loaded", "STRATEGY_HELP", "with_fusion", "add_model_args", "load", "analysis_for", "model_ir", "strategy_from_spec",

@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any, Callable
 
-from tag_tf.compiler.placement import validated_duplicates
+from tag_tf.placement.layout import validated_duplicates
 from tag_tf.context import CACHE_ENV, default_cache_dir  # noqa: F401  (re-exported: the plan cache's root)
 from tag_tf.datafiles import write_atomic
 from tag_tf.errors import StrategyError
@@ -57,6 +57,10 @@ DEFAULT_BUDGET_S = 30.0
 # Without an explicit budget, `auto` ends its tree search once converged (no better plan for this
 # long, or for as long as the best took to find): a small graph on 2 devices plans in seconds.
 DEFAULT_PATIENCE_S = 3.0
+# Of a planning budget, the part held back for sufficient factor broadcasting after the search
+# (one MILP per synchronised gradient, for the plan and each baseline); it also gets what an early
+# converged search leaves.
+SFB_SHARE = 0.2
 
 
 def simulator(analysis: Any, topology: Any, calibration: Any = "default", costs: Any = None) -> Any:
@@ -143,6 +147,56 @@ def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = N
     return dataclasses.replace(strategy, graph=analysis.graph.fingerprint, topology=topology.fingerprint)
 
 
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """A finished plan search: its result (an MctsResult or a local SearchResult, with SFB applied
+    when asked), the SFB outcome, and what the whole search cost."""
+
+    result: Any
+    sfb: Any                     # SfbOutcome, or None without SFB
+    simulations: int
+    seconds: float
+
+    @property
+    def found(self) -> bool:
+        return bool(self.result.found)
+
+
+def search(sim: Any, topology: Any, *, method: str = "mcts", options: Any = None, prior: str = "uniform",
+           weights: str | None = None, sfb: bool = True) -> Search:
+    """The strategy creator, as `auto` and `tag-tf plan` both run it: MCTS (`options`: MctsOptions;
+    its prior uniform until trained GNN weights ship) or the greedy local search ("local", for the
+    same budget), then (`sfb`) sufficient factor broadcasting where it simulates faster.
+
+    `options.budget_s` bounds the whole: with SFB, the search has SFB_SHARE of it less and SFB
+    what the search left; past the budget, SFB keeps what it has solved."""
+    from tag_tf.search.mcts import MctsOptions, mcts_search
+
+    options = options if options is not None else MctsOptions()
+    deadline = time.perf_counter() + options.budget_s
+    if sfb:
+        options = dataclasses.replace(options, budget_s=options.budget_s * (1.0 - SFB_SHARE))
+    result: Any                  # MctsResult | SearchResult: the fields both have are read below
+    if method == "mcts":
+        result = mcts_search(sim, topology, options, prior=prior, weights=weights)
+        simulations, seconds = result.simulations, result.seconds
+    elif method == "local":
+        from tag_tf.search.local_search import local_search
+
+        result = local_search(sim, topology, budget_s=options.budget_s, progress=options.progress)
+        simulations, seconds = result.evaluations, result.seconds
+    else:
+        raise StrategyError(f"search: expected 'mcts' or 'local', got {method!r}")
+    outcome = None
+    if sfb and result.found:
+        from tag_tf.search.sfb import best_with_sfb
+
+        result, outcome = best_with_sfb(sim, topology, result, deadline=deadline)
+        simulations += outcome.simulations
+        seconds += outcome.total_s
+    return Search(result, outcome, simulations, seconds)
+
+
 def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None, calibration: Any = "default",
                 costs: Any = None, sfb: bool = True, sim: Any = None) -> Strategy:
     """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds:
@@ -152,26 +206,28 @@ def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None, cal
     the search ends early once it has converged (DEFAULT_PATIENCE_S); a given budget is searched whole.
     `sim`: judge plans with this simulator instead (e.g. `local_machine_simulator`)."""
     from tag_tf.search.local_search import NOTHING_FITS
-    from tag_tf.search.mcts import MctsOptions, mcts_search
+    from tag_tf.search.mcts import MctsOptions
 
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
     patience = DEFAULT_PATIENCE_S if budget_s is None else None
     sim = sim if sim is not None else simulator(analysis, topology, calibration, costs)
-    result = mcts_search(sim, topology, MctsOptions(budget_s=budget, progress=True, patience_s=patience))
-    if sfb and result.found:
-        from tag_tf.search.sfb import best_with_sfb
-
-        result, outcome = best_with_sfb(sim, topology, result)
+    found = search(sim, topology, options=MctsOptions(budget_s=budget, progress=True, patience_s=patience), sfb=sfb)
+    result = found.result
+    if found.sfb is not None:
         log.info("auto plan: SFB replaces %d of %d gradient synchronisations (%.3g -> %.3g ms simulated)",
-                 outcome.kept, len(outcome.solutions), outcome.before_s * 1e3, outcome.after_s * 1e3)
+                 found.sfb.kept, len(found.sfb.solutions), found.sfb.before_s * 1e3, found.sfb.after_s * 1e3)
     if not result.found:
         raise StrategyError(f"strategy='auto': no plan fits {topology.name!r}: {NOTHING_FITS} "
                             f"(batch {analysis.batch_size})")
     log.info("auto plan: %.3g ms per iteration simulated (best baseline %s: %.3g ms), %d simulations in %.1f s",
              result.iteration_time_s * 1e3, result.best_baseline,
-             min(result.baselines.values()) * 1e3, result.simulations, result.seconds)
-    return dataclasses.replace(result.strategy, name="auto", graph=analysis.graph.fingerprint,
-                               topology=topology.fingerprint)
+             min(result.baselines.values()) * 1e3, found.simulations, found.seconds)
+    return stamped(result.strategy, analysis, topology)
+
+
+def stamped(strategy: Strategy, analysis: Any, topology: Any, name: str = "auto") -> Strategy:
+    """`strategy` named as the plan of `analysis` on `topology` (what the plan cache stores)."""
+    return dataclasses.replace(strategy, name=name, graph=analysis.graph.fingerprint, topology=topology.fingerprint)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,14 +280,7 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
                           topology=topology.fingerprint)
         return Plan(strategy, key)
     cache = PlanCache(cache_dir)
-    # A plan made under other physics is another plan: the calibration's values are in the key.
-    physics = f"+cal:{_calibration_key(calibration, topology)}"
-    if costs is not None and not costs.empty:     # measured op times are other physics as well
-        physics += f"+costs:{costs.digest}"
-    if key == "auto" and not sfb:
-        physics += "+nosfb"
-    path = cache.path(analysis.graph.fingerprint, topology.fingerprint, key + physics, groups,
-                      grouping=grouping_digest(analysis))
+    path = cache.path_for(analysis, topology, key, calibration=calibration, costs=costs, sfb=sfb)
     cached = cache.load(path)
     if cached is not None:
         try:
@@ -287,6 +336,18 @@ class PlanCache:
     def __init__(self, root: str | None = None):
         self.root = os.path.join(root or default_cache_dir(), "plans")
 
+    def path_for(self, analysis: Any, topology: Any, request: str, *, calibration: Any = "default",
+                 costs: Any = None, sfb: bool = True) -> str:
+        """Where the plan of a PLANNED `request` for `analysis` on `topology` lives: a plan made under
+        other physics (calibration values, measured op times) or without SFB is another plan."""
+        physics = f"+cal:{_calibration_key(calibration, topology)}"
+        if costs is not None and not costs.empty:
+            physics += f"+costs:{costs.digest}"
+        if request == "auto" and not sfb:
+            physics += "+nosfb"
+        return self.path(analysis.graph.fingerprint, topology.fingerprint, request + physics,
+                         len(analysis.grouping.groups), grouping=grouping_digest(analysis))
+
     def path(self, graph: str, topology: str, request: str, groups: int, grouping: str = "") -> str:
         key = json.dumps({"format": CACHE_FORMAT, "graph": graph, "topology": topology, "request": request,
                           "groups": groups, "grouping": grouping, "planner": PLANNER_VERSION}, sort_keys=True)
@@ -313,5 +374,5 @@ class PlanCache:
             log.warning("cannot write the plan cache %s (%s)", path, e)
 
 
-__all__ = ["Plan", "PlanCache", "baseline", "check_request", "choose_auto", "default_cache_dir", "plan",
-           "request_key", "resolve_strategy", "simulator", "stored_costs_for"]
+__all__ = ["Plan", "PlanCache", "Search", "baseline", "check_request", "choose_auto", "default_cache_dir", "plan",
+           "request_key", "resolve_strategy", "search", "simulator", "stamped", "stored_costs_for"]

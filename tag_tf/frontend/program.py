@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -15,6 +15,11 @@ from tag_tf.errors import CompileError, GraphError
 from tag_tf.frontend.planning import Plan
 from tag_tf.frontend.session_patch import original_do_run
 from tag_tf.frontend.target import Target
+
+if TYPE_CHECKING:
+    from tag_tf.analysis import Analysis
+    from tag_tf.compiler import Compiled
+    from tag_tf.ir.graph import Graph
 
 # Ops that initialise state other than variables (replayed in the compiled session at migration).
 _STATE_INIT_OPS = frozenset({"MakeIterator", "InitializeTable", "InitializeTableV2", "InitializeTableFromTextFile",
@@ -130,7 +135,7 @@ class Program:
     """The compiled form of one user graph: a live tf.Graph plus original -> compiled name maps.
     Fetches first seen after compilation get adapters added to the live graph (thread-safe)."""
 
-    def __init__(self, ir: Any, analysis: Any, compiled: Any, plan: Plan, target: Target):
+    def __init__(self, ir: Graph, analysis: Analysis, compiled: Compiled, plan: Plan, target: Target):
         from tag_tf.compiler import Mode
         from tag_tf.runtime.sessions import import_graph
         from tag_tf.runtime.variables import VariableIO
@@ -141,7 +146,8 @@ class Program:
         self.io = VariableIO(self.graph, compiled.variables, {v.name: v.kind for v in variables},
                              {v.name: v.dtype for v in variables})
         self._all_updates = ir.training_updates()
-        self.updates = frozenset(n for n in ir.ancestors([ir.meta.train_op]) if n in self._all_updates)
+        root = cast(str, ir.meta.train_op)      # the IR of a compiled graph names its train op
+        self.updates = frozenset(n for n in ir.ancestors([root]) if n in self._all_updates)
         # A fed batch smaller than a replicated layout leaves replicas without samples (see check_batch).
         self.batch_inputs = frozenset(ir.meta.feeds)
         self.replicas = max((lay.size for lay in compiled.placement.layouts.values()

@@ -2,12 +2,16 @@
 written back when the context exits) and synthetic batches (for `verify=True`)."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from tag_tf.analysis import Analysis
+    from tag_tf.ir.graph import Graph, Variable
 
-def _read_tensor(graph: Any, var: Any) -> Any:
+
+def _read_tensor(graph: Any, var: Variable) -> Any:
     """A tensor of the user's graph holding variable `var`'s value, without adding ops if possible."""
     import tensorflow as tf
 
@@ -29,7 +33,7 @@ def _read_tensor(graph: Any, var: Any) -> Any:
             graph.finalize()
 
 
-def read_variables(sess: Any, ir: Any) -> dict[str, np.ndarray]:
+def read_variables(sess: Any, ir: Graph) -> dict[str, np.ndarray]:
     """Current values of the IR's variables in the user's session; uninitialised ones are left out."""
     import tensorflow as tf
 
@@ -47,7 +51,7 @@ def read_variables(sess: Any, ir: Any) -> dict[str, np.ndarray]:
     return values
 
 
-def write_variables(sess: Any, ir: Any, values: Mapping[str, np.ndarray]) -> None:
+def write_variables(sess: Any, ir: Graph, values: Mapping[str, np.ndarray]) -> None:
     """Assign values in the user's session through the variables' initializers (value input fed),
     so no op is added to a graph that may be finalized."""
     targets, feeds = [], {}
@@ -62,7 +66,7 @@ def write_variables(sess: Any, ir: Any, values: Mapping[str, np.ndarray]) -> Non
         sess.run(targets, feeds)
 
 
-def synthetic_batch(analysis: Any, seed: int = 0) -> dict[str, np.ndarray]:
+def synthetic_batch(analysis: Analysis, seed: int = 0) -> dict[str, np.ndarray]:
     """A batch for every batch input, from its shape and dtype (ints are zeros: always a valid label)."""
     rng = np.random.default_rng(seed)
     out = {}

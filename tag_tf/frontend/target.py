@@ -6,20 +6,26 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tag_tf.errors import TopologyError
+
+if TYPE_CHECKING:
+    from tag_tf.compiler import DeviceMap
+    from tag_tf.runtime.cluster import ClusterSpec
+    from tag_tf.runtime.roles import Role
+    from tag_tf.topology.spec import Topology
 
 COMPILED_RUN_TIMEOUT_MS = 600_000     # one step of a compiled graph; generous: a first GPU step autotunes
 
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    topology: Any              # tag_tf.topology.Topology
-    devices: Any               # tag_tf.compiler.DeviceMap
-    cluster: Any = None        # tag_tf.runtime.cluster.ClusterSpec, or None for this process
+    topology: Topology
+    devices: DeviceMap
+    cluster: ClusterSpec | None = None   # None: this process
     num_cpus: int = 1          # virtual CPU devices this process needs (local runs)
-    role: Any = None           # tag_tf.runtime.roles.Role: cluster from TF_CONFIG or a ClusterResolver
+    role: Role | None = None   # the cluster from TF_CONFIG or a ClusterResolver
     local_server: str = ""     # target of this process's own server (the chief's): its master is in-process
     discover: bool = False     # no topology was given: take it from the running servers (`discovered`)
 
@@ -39,7 +45,7 @@ class Target:
             return self
         import logging
 
-        from tag_tf.profile.discovered import discover
+        from tag_tf.measure.links import discover
 
         self.cluster.check()            # a task that is not up is named now, not after a read deadline
         topo, report = discover(self.cluster, cache_dir=cache_dir)
@@ -55,6 +61,8 @@ class Target:
         """The user's ConfigProto with this target's devices (and the cluster's settings)."""
         import tensorflow as tf
 
+        from tag_tf.runtime.sessions import session_config
+
         config = tf.compat.v1.ConfigProto()
         if user_config is not None:
             config.CopyFrom(user_config)
@@ -62,10 +70,11 @@ class Target:
             # The compiled graph spans every task: filters the user's code set for its own graph
             # (Estimator's RunConfig under TF_CONFIG keeps a chief to itself) would hide them.
             del config.device_filters[:]
-            config.MergeFrom(self.cluster.session_config())
+            ours = self.cluster.session_config()
         else:
-            config.device_count["CPU"] = max(self.num_cpus, config.device_count.get("CPU", 1))
-        config.allow_soft_placement = True
+            ours = session_config(max(self.num_cpus, config.device_count.get("CPU", 1)),
+                                  timeout_ms=config.operation_timeout_in_ms or COMPILED_RUN_TIMEOUT_MS)
+        config.MergeFrom(ours)          # soft placement, CPU devices, the cluster's leader and timeout
         if not config.operation_timeout_in_ms:
             # A collective whose peers never arrive blocks without using CPU: fail instead (the
             # user's own timeout, when set, wins).
@@ -121,7 +130,7 @@ def resolve_target(topology: Any = None, cluster: Any = None, trusted_network: b
     return Target(topo, DeviceMap.for_topology(topo, job="localhost"), None, 1)
 
 
-def cluster_target(topo: Any, spec: Any, role: Any = None, discover: bool = False) -> Target:
+def cluster_target(topo: Topology, spec: ClusterSpec, role: Role | None = None, discover: bool = False) -> Target:
     """The Target running `topo` on the servers of `spec` (TopologyError when they do not match)."""
     from tag_tf.compiler import DeviceMap
 
@@ -135,7 +144,7 @@ def cluster_target(topo: Any, spec: Any, role: Any = None, discover: bool = Fals
     return Target(topo, DeviceMap.for_topology(topo, job=spec.job), spec, role=role, discover=discover)
 
 
-def _check_runs_here(topo: Any) -> None:
+def _check_runs_here(topo: Topology) -> None:
     """A topology runs in this process only if it is one machine whose GPUs are all present."""
     import tensorflow as tf
 

@@ -208,7 +208,7 @@ def local_profile(analysis: Any, model: ZooModel | None, db: Any = None, *,
     """The graph's OpProfile on this CPU with the local threads: from the ProfileDB (keyed by the
     analysed graph's fingerprint and device type DEVICE_TYPE_KEY), or measured with `profile_model`
     (single device, full tracing, `repeats` traced steps per batch size) and stored."""
-    from tag_tf.profile.op_profiler import profile_model
+    from tag_tf.measure.ops import profile_model
 
     fingerprint = analysis.graph.fingerprint
     sizes = tuple(sorted(set(int(b) for b in batch_sizes)))

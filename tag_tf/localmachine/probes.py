@@ -3,7 +3,7 @@ CollectiveReduceV2 over k devices, the per-step cost of a session.run and the co
 on a CPU, plus the line fitted to such samples (`model.measure_machine` runs them per setup).
 
 Each transfer/collective time is (median chained step - median baseline step) / chain length, the
-baseline having the same participants without the communication (see `tag_tf.profile.comm`).
+baseline having the same participants without the communication (see `tag_tf.measure.comm`).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tag_tf.profile.comm import chain_length, time_pair
+from tag_tf.measure.comm import chain_length, time_pair
 from tag_tf.localmachine.runtime import SetupRunner, session_config
 
 _KEYS = itertools.count(1 << 30)   # collective keys of the measurements: far above the ones compiled graphs use
@@ -166,7 +166,7 @@ def measure_conversions(sizes: Sequence[int] = (1 << 10, 1 << 14, 1 << 18, 1 << 
     undercharging every copy."""
     import tensorflow as tf
 
-    from tag_tf.profile.op_profiler import op_times_from_step_stats
+    from tag_tf.profile.op_profile import op_times_from_step_stats
 
     samples = []
     for nbytes in sizes:

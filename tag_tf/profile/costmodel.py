@@ -31,11 +31,16 @@ import dataclasses
 import json
 import math
 import types
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from tag_tf.profile.flops import CLASS_INDEX, OP_CLASSES, OpWork
+
+if TYPE_CHECKING:
+    from tag_tf.ir.graph import Graph
+    from tag_tf.profile.op_profile import OpProfile
+    from tag_tf.topology.gpus import GpuType
 
 _NONE = CLASS_INDEX["none"]
 
@@ -114,7 +119,7 @@ class CostModelConstants:
 DEFAULT_GPU_CONSTANTS = CostModelConstants(device="datasheet", compute_eff=_PRIOR_COMPUTE, mem_eff=_PRIOR_MEMORY)
 
 
-def _resolve_gpu(gpu: Any) -> Any:
+def _resolve_gpu(gpu: GpuType | str) -> GpuType:
     if isinstance(gpu, str):
         from tag_tf.topology.gpus import gpu_type
 
@@ -136,7 +141,7 @@ class CostModel:
     def constants(self) -> tuple[CostModelConstants, ...]:
         return tuple(self._by_device.values())
 
-    def constants_for(self, gpu: Any) -> CostModelConstants:
+    def constants_for(self, gpu: GpuType | str) -> CostModelConstants:
         """The device's own constants, else a calibrated GPU's, else the datasheet defaults."""
         name = _resolve_gpu(gpu).name
         if name in self._by_device:
@@ -147,7 +152,7 @@ class CostModel:
                 return gpu_sets[0]
         return self._by_device.get("datasheet", DEFAULT_GPU_CONSTANTS)
 
-    def overheads(self, gpu: Any) -> tuple[float, float]:
+    def overheads(self, gpu: GpuType | str) -> tuple[float, float]:
         """(launch overhead, host overhead) in seconds for this device type."""
         g = _resolve_gpu(gpu)
         c = self.constants_for(g)
@@ -155,12 +160,12 @@ class CostModel:
         host = launch / 5.0 if c.host_overhead_s is None else c.host_overhead_s
         return float(launch), float(host)
 
-    def op_time(self, work: OpWork, gpu: Any) -> float:
+    def op_time(self, work: OpWork, gpu: GpuType | str) -> float:
         """Predicted time (s) of one op on one device of type `gpu` (a GpuType or its name)."""
         return float(self.times(np.array([work.flops]), np.array([work.bytes]), gpu,
                                 np.array([CLASS_INDEX[work.op_class]]))[0])
 
-    def times(self, flops: np.ndarray, bytes: np.ndarray, gpu: Any,
+    def times(self, flops: np.ndarray, bytes: np.ndarray, gpu: GpuType | str,
               classes: np.ndarray | Sequence[str] | None = None) -> np.ndarray:
         """Vectorised op times (s). `classes` are OP_CLASSES indices or names (default: element-wise;
         pass them -- `graph_work_detail(...).classes` -- for matmuls and convolutions)."""
@@ -242,7 +247,7 @@ def _refine(values: tuple[float, float, float], steps: tuple[float, float, float
 _MAX_FIT_SAMPLES = 3000   # per class: a deterministic subsample keeps the grid search ~0.1 s per class
 
 
-def calibrate(measured_times: Sequence[float] | np.ndarray, works: Any, device: Any, *,
+def calibrate(measured_times: Sequence[float] | np.ndarray, works: Any, device: GpuType | str, *,
               prior: CostModelConstants | None = None, reg: float = 0.2, weight_power: float = 0.5,
               eff_range: tuple[float, float] = (0.03, 3.0)) -> CostModelConstants:
     """Fit per-class overheads and efficiency factors of `device` (GpuType or name) to measured op
@@ -322,7 +327,7 @@ def calibrate(measured_times: Sequence[float] | np.ndarray, works: Any, device: 
     return dataclasses.replace(constants, fit=stats)
 
 
-def calibration_samples(profile: Any, graphs: Mapping[int, Any]) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def calibration_samples(profile: OpProfile, graphs: Mapping[int, Graph]) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(measured times, (flops, bytes, classes)) of every profiled op at every profiled batch size.
 
     `graphs` maps each batch size of `profile` (an OpProfile) to the IR of the graph at that batch

@@ -19,14 +19,17 @@ Where the times come from, per device type:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 
 from tag_tf.errors import ProfileError, TagError
 from tag_tf.ir.graph import Graph
 from tag_tf.profile.costmodel import CostModel
-from tag_tf.profile.flops import graph_work_detail
+from tag_tf.profile.flops import GraphWork, graph_work_detail
+
+if TYPE_CHECKING:
+    from tag_tf.profile.op_profile import OpProfile
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -84,7 +87,7 @@ def canonical_device_type(device_type: str) -> str:
         return device_type
 
 
-def model_line(model: CostModel, work_b1: Any, work_b2: Any, b1: int, b2: int, device_type: str
+def model_line(model: CostModel, work_b1: GraphWork, work_b2: GraphWork, b1: int, b2: int, device_type: str
                ) -> tuple[np.ndarray, np.ndarray]:
     """(fixed, per_sample) through the model's times at two batch sizes, clipped non-negative."""
     t1 = model.times(work_b1.flops, work_b1.bytes, device_type, work_b1.classes)
@@ -94,7 +97,8 @@ def model_line(model: CostModel, work_b1: Any, work_b2: Any, b1: int, b2: int, d
 
 
 def op_costs(graph_b1: Graph, graph_b2: Graph, b1: int, b2: int, op_names: Sequence[str],
-             device_types: Sequence[str], profile: Any = None, model: CostModel | None = None) -> OpCosts:
+             device_types: Sequence[str], profile: OpProfile | Iterable[OpProfile] | None = None,
+             model: CostModel | None = None) -> OpCosts:
     """Op times for every device type: measured where a profile's device type matches, else the
     analytical model (see the module docstring). `profile` is an OpProfile, several (one per device
     type; the first of a type wins) or None."""
@@ -110,7 +114,7 @@ def op_costs(graph_b1: Graph, graph_b2: Graph, b1: int, b2: int, op_names: Seque
     fixed = np.zeros((len(types), n))
     per_sample = np.zeros((len(types), n))
     source: dict[str, str] = {}
-    works: tuple[Any, Any] | None = None
+    works: tuple[GraphWork, GraphWork] | None = None
 
     def modelled(dt: str) -> tuple[np.ndarray, np.ndarray]:
         nonlocal works
@@ -118,8 +122,13 @@ def op_costs(graph_b1: Graph, graph_b2: Graph, b1: int, b2: int, op_names: Seque
             works = (graph_work_detail(graph_b1, names), graph_work_detail(graph_b2, names))
         return model_line(model, works[0], works[1], b1, b2, dt)
 
-    profiles = () if profile is None else (profile,) if hasattr(profile, "device_type") else tuple(profile)
-    measured: dict[str, Any] = {}
+    if profile is None:
+        profiles: tuple[OpProfile, ...] = ()
+    elif hasattr(profile, "device_type"):         # one profile
+        profiles = (cast("OpProfile", profile),)
+    else:
+        profiles = tuple(cast("Iterable[OpProfile]", profile))
+    measured: dict[str, OpProfile] = {}
     for given in profiles:
         measured.setdefault(canonical_device_type(given.device_type), given)
     for d, dt in enumerate(types):

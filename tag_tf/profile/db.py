@@ -19,15 +19,22 @@ import json
 import logging
 import os
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from tag_tf.context import default_cache_dir
 from tag_tf.datafiles import write_atomic
 from tag_tf.errors import ProfileError
 from tag_tf.profile.costmodel import CostModel, CostModelConstants
-from tag_tf.profile.op_profiler import OpProfile
+from tag_tf.profile.op_profile import OpProfile
 
 log = logging.getLogger(__name__)
+
+
+class SupportsToDict(Protocol):
+    """A model stored as the dict it gives (`profile.comm.CommModel`)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
 
 def default_db_path() -> str:
     """Profiles live beside the plans: $TAG_TF_CACHE_DIR/profiles, default ~/.cache/tag_tf/profiles
@@ -140,7 +147,7 @@ class ProfileDB:
         value = self._read(self._file("comm", key["topology"]), key)
         return value if isinstance(value, dict) else None
 
-    def put_comm(self, topology_fingerprint: str, comm: Any) -> str:
+    def put_comm(self, topology_fingerprint: str, comm: SupportsToDict | Mapping[str, Any]) -> str:
         """Store a communication model: a dict or an object with `to_dict()`."""
         value = comm.to_dict() if hasattr(comm, "to_dict") else comm
         if not isinstance(value, Mapping):

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from tag_tf.profile.costmodel import CostModel
 from tag_tf.profile.costs import canonical_device_type
 from tag_tf.profile.db import ProfileDB
-from tag_tf.profile.op_profiler import OpProfile
+from tag_tf.profile.op_profile import OpProfile
 
 
 @dataclasses.dataclass(frozen=True)

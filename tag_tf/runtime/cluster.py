@@ -25,11 +25,13 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from tag_tf.errors import ClusterError
+from tag_tf.runtime.sessions import DEFAULT_TIMEOUT_MS, session_config
 
-DEFAULT_TIMEOUT_MS = 60_000
+if TYPE_CHECKING:
+    from tag_tf.topology.spec import Topology
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,15 +89,14 @@ class ClusterSpec:
             json.dump(self.to_dict(), f)
 
     def server_config(self) -> Any:
-        import tensorflow as tf
+        return self.session_config()
 
-        config = tf.compat.v1.ConfigProto(device_count={"CPU": self.cpus_per_task},
-                                          operation_timeout_in_ms=self.timeout_ms, allow_soft_placement=True)
-        config.experimental.collective_group_leader = self.leader
-        return config
-
-    def session_config(self) -> Any:
-        return self.server_config()
+    def session_config(self, *, timeout_ms: int | None = None, device_filters: Sequence[str] = ()) -> Any:
+        """The ConfigProto of this cluster's servers and sessions: `cpus_per_task` CPU devices, the
+        collective leader, the cluster's timeout (or `timeout_ms`); `device_filters` for a session that
+        must only wait for some tasks."""
+        return session_config(self.cpus_per_task, timeout_ms=self.timeout_ms if timeout_ms is None else timeout_ms,
+                              collective_leader=self.leader, device_filters=device_filters)
 
     # -- health ---------------------------------------------------------------------------------
     def unreachable(self, timeout_s: float = 1.0) -> list[int]:
@@ -348,7 +349,7 @@ def stop(procs: Sequence[subprocess.Popen]) -> None:
             p.wait(timeout=10)
 
 
-def cpu_topology(num_tasks: int, cpus_per_task: int) -> Any:
+def cpu_topology(num_tasks: int, cpus_per_task: int) -> Topology:
     """A topology of `num_tasks` machines with `cpus_per_task` CPU devices each (local servers)."""
     from tag_tf.topology.load import load_topology
 

@@ -4,7 +4,7 @@ Every tag_tf server (`tag-tf server`, and each task under `TF_CONFIG` or a Clust
 publishes what its process sees once it listens: host name, CPU devices and cores, and each GPU's
 CUDA name and memory, as a JSON string in a resource variable on its own CPU (shared by name across
 sessions, like the end-of-run queue); the chief's `gather` reads them all. The topology built from
-them, with measured links, is `profile.discovered`.
+them, with measured links, is `measure.links`.
 """
 from __future__ import annotations
 
@@ -12,11 +12,28 @@ import json
 import os
 import socket
 import time
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 from tag_tf.errors import ClusterError
+from tag_tf.runtime.sessions import session_config
 
 VARIABLE = "tag_tf_devices"
+
+
+class Cluster(Protocol):
+    """What `gather` reads a cluster through: a `runtime.cluster.ClusterSpec` (which imports this
+    module to publish, hence the protocol)."""
+
+    @property
+    def tasks(self) -> tuple[str, ...]: ...
+
+    @property
+    def job(self) -> str: ...
+
+    @property
+    def target(self) -> str: ...
+
+    def session_config(self, *, timeout_ms: int | None = None, device_filters: Sequence[str] = ()) -> Any: ...
 
 
 def describe_here(cpus_per_task: int) -> dict:
@@ -47,24 +64,23 @@ def publish(target: str, job: str, task: int, description: dict, timeout_ms: int
     with graph.as_default():
         assign = tf.raw_ops.AssignVariableOp(resource=_handle(tf, _cpu(job, task)),
                                              value=tf.constant(json.dumps(description, sort_keys=True)))
-    config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=timeout_ms, device_filters=[f"/job:{job}/task:{task}"])
+    config = session_config(None, timeout_ms=timeout_ms, soft_placement=False,
+                            device_filters=[f"/job:{job}/task:{task}"])
     with tf.compat.v1.Session(target, graph=graph, config=config) as sess:
         sess.run(assign)
 
 
-def gather(spec: Any, timeout_ms: int = 30_000, settle_s: float = 3.0) -> list[dict | None]:
+def gather(spec: Cluster, timeout_ms: int = 30_000, settle_s: float = 3.0) -> list[dict | None]:
     """Each task's published description (None for a task that published none). A task whose port
     is open may still be publishing (launchers start every task at once): it gets `settle_s`."""
     return [_read_description(spec, task, timeout_ms, settle_s) for task in range(len(spec.tasks))]
 
 
-def _read_description(spec: Any, task: int, timeout_ms: int, settle_s: float) -> dict | None:
+def _read_description(spec: Cluster, task: int, timeout_ms: int, settle_s: float) -> dict | None:
     import tensorflow as tf
 
-    config = spec.session_config()
-    config.operation_timeout_in_ms = timeout_ms
-    del config.device_filters[:]
-    config.device_filters.extend(sorted({f"/job:{spec.job}/task:0", f"/job:{spec.job}/task:{task}"}))
+    config = spec.session_config(timeout_ms=timeout_ms,
+                                 device_filters=sorted({f"/job:{spec.job}/task:0", f"/job:{spec.job}/task:{task}"}))
     graph = tf.Graph()
     with graph.as_default():
         with tf.device(_cpu(spec.job, task)):

@@ -181,11 +181,10 @@ def serve_until_done(role: Role, server: Any) -> int:
     graph = tf.Graph()
     with graph.as_default():
         dequeue = _done_queue(tf, role.task, role.spec.job).dequeue()
-    config = role.spec.session_config()
-    config.operation_timeout_in_ms = int(POLL_S * 1000)
     # This task's devices only: a session's master otherwise enlists every task of the cluster, and
     # each timed-out poll would then disturb the chief's steps running there.
-    config.device_filters.append(f"/job:{role.spec.job}/replica:0/task:{role.task}")
+    config = role.spec.session_config(timeout_ms=int(POLL_S * 1000),
+                                      device_filters=[f"/job:{role.spec.job}/replica:0/task:{role.task}"])
     grace = float(os.environ.get("TAG_TF_CHIEF_GRACE_S", CHIEF_GRACE_S))
     lost_since: float | None = None
     with tf.compat.v1.Session(server.target, graph=graph, config=config) as sess:
@@ -218,10 +217,8 @@ def end_run(role: Role) -> list[int]:
     others = [t for t in range(len(role.spec.tasks)) if t != role.chief and t not in dead]
     with graph.as_default():
         enqueues = {t: _done_queue(tf, t, role.spec.job).enqueue(1) for t in others}
-    config = role.spec.session_config()
-    config.operation_timeout_in_ms = 10_000
-    del config.device_filters[:]
-    config.device_filters.extend(f"/job:{role.spec.job}/task:{t}" for t in [role.chief, *others])
+    config = role.spec.session_config(timeout_ms=10_000,
+                                      device_filters=[f"/job:{role.spec.job}/task:{t}" for t in [role.chief, *others]])
     failed = sorted(dead - {role.chief})
     sess = tf.compat.v1.Session(role.spec.target, graph=graph, config=config)
     try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 DEFAULT_TIMEOUT_MS = 60_000
 CLOSE_DEADLINE_S = 10.0
@@ -11,16 +11,37 @@ CLOSE_DEADLINE_S = 10.0
 log = logging.getLogger("tag_tf.sessions")
 
 
-def session_config(num_cpus: int = 1, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
-                   collective_leader: str | None = None) -> Any:
-    """A ConfigProto with `num_cpus` virtual CPU devices and an operation timeout (a mistake then
-    fails with DeadlineExceeded instead of hanging)."""
+def session_config(num_cpus: int | None = 1, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
+                   collective_leader: str | None = None, soft_placement: bool = True,
+                   num_gpus: int | None = None, device_filters: Sequence[str] = (),
+                   inter_op_threads: int | None = None, intra_op_threads: int | None = None,
+                   gpu_allow_growth: bool = False, as_written: bool = False) -> Any:
+    """The ConfigProto of every session and server tag_tf starts: `num_cpus` virtual CPU devices
+    and an operation timeout (a mistake then fails with DeadlineExceeded instead of hanging).
+
+    What callers differ in, each field set only when asked for: `num_cpus` None leaves the CPU
+    count to TensorFlow; `num_gpus` (0: hide the GPUs); `collective_leader` (cross-process
+    collectives need it on every server and client); `soft_placement`; `device_filters` (the tasks
+    a session may use); `inter_op_threads` / `intra_op_threads` (0 or None: TensorFlow's default);
+    `gpu_allow_growth`; `as_written` (`keep_as_written`: no graph optimization)."""
     import tensorflow as tf
 
-    config = tf.compat.v1.ConfigProto(device_count={"CPU": num_cpus}, allow_soft_placement=True,
-                                      operation_timeout_in_ms=timeout_ms)
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=soft_placement, operation_timeout_in_ms=timeout_ms,
+                                      device_filters=list(device_filters))
+    if num_cpus is not None:
+        config.device_count["CPU"] = num_cpus
+    if num_gpus is not None:
+        config.device_count["GPU"] = num_gpus
+    if inter_op_threads:
+        config.inter_op_parallelism_threads = int(inter_op_threads)
+    if intra_op_threads:
+        config.intra_op_parallelism_threads = int(intra_op_threads)
+    if gpu_allow_growth:
+        config.gpu_options.allow_growth = True
     if collective_leader:
         config.experimental.collective_group_leader = collective_leader
+    if as_written:
+        keep_as_written(config)
     return config
 
 

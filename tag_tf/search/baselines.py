@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tag_tf.compiler.fusion import HOROVOD_FUSION_BYTES
+from tag_tf.placement.fusion import HOROVOD_FUSION_BYTES
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
 # Caps a random strategy draws from (None: one collective per tensor); also the caps the planner

@@ -228,11 +228,13 @@ def zoo_analysis(model: str, tiny: bool = False) -> Any:
     from tag_tf.analysis import analyze
     from tag_tf.context import PassContext
     from tag_tf.models import build_model
+    from tag_tf.profile.weights import reference_weights
 
     def build(batch: int | None = None) -> Any:
         return build_model(model, tiny=tiny, dropout=0.0, **({} if batch is None else {"batch_size": batch}))
     built = build()
-    return analyze(PassContext(), built.ir(), rebuild=lambda b: build(b).ir(), batch_size=built.batch_size)
+    return analyze(PassContext(), built.ir(), rebuild=lambda b: build(b).ir(), batch_size=built.batch_size,
+                   weight_fn=reference_weights)
 
 
 def read_log(path: str) -> list[dict[str, Any]]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
-
 from tag_tf.search.baselines import BASELINES, baseline
 from tag_tf.search.moves import Deadline, Evaluator, improve
 from tag_tf.strategy import GroupPlan, Option, Strategy
@@ -30,9 +28,8 @@ def heterog_search(cost: Evaluator, topology: Any, start: Strategy, start_time: 
                    deadline: Deadline, *, progress: bool = False) -> tuple[Strategy, float]:
     """Improve `start` (simulated at `start_time`) within HeteroG's decision space."""
     sim = cost.sim
-    order = np.argsort([-g.compute for g in sim.analysis.grouping.groups], kind="stable")
     strategy, t, _ = improve(cost, start, start_time, heterog_candidates(topology.num_devices),
-                             [(int(g),) for g in order], deadline, progress=progress, label="heterog")
+                             [(g,) for g in sim.groups_by_compute()], deadline, progress=progress, label="heterog")
     return dataclasses.replace(strategy, name="heterog"), t
 
 

@@ -77,8 +77,7 @@ def local_search(sim: Any, topology: Any, *, budget_s: float = 30.0, max_passes:
         t = cost(start)
         if t < best * (1 - 1e-6):
             best, current = t, start
-    order = np.argsort([-g.compute for g in sim.analysis.grouping.groups], kind="stable")
-    moves = [(int(g),) for g in order] + (coupled_blocks(sim.prepared, n_groups) if blocks else [])
+    moves = [(g,) for g in sim.groups_by_compute()] + (coupled_blocks(sim.group_traffic()) if blocks else [])
     current, best, improved = improve(cost, current, best, candidates, moves, deadline,
                                       max_passes=max_passes, progress=progress)
     current, best = tune_fusion(cost, current, best, deadline)

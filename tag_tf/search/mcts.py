@@ -161,7 +161,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
     reference = times[best_name]
     dp_time = times["dp"]
     actions = candidate_actions(topology)
-    order = decision_order(sim.analysis)
+    order = sim.groups_by_compute()        # the order groups are decided in (decision_order)
     # Fused buckets; batch shares from the simulator's own (calibrated) device speeds.
     rates = np.asarray(sim.device_rates(), dtype=np.float64)
     shares = tuple(float(x) for x in rates / rates.sum()) if rates.sum() > 0 and np.all(rates > 0) else None
@@ -270,7 +270,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
     if converged and options.patience_s is not None:     # the polish keeps its share of the budget, no more
         deadline = Deadline(min(deadline.end, time.perf_counter() + POLISH_SHARE * options.budget_s))
     if options.polish and np.isfinite(best_time):
-        moves = [(g,) for g in order] + coupled_blocks(sim.prepared, n_groups)
+        moves = [(g,) for g in order] + coupled_blocks(sim.group_traffic())
         # With refinement, the moves get half of the polish; refinement (splitting dominant groups) the rest.
         moves_until = (Deadline(time.perf_counter() + 0.5 * max(0.0, deadline.end - time.perf_counter()))
                        if options.refine else deadline)
@@ -282,7 +282,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
                                                        progress=options.progress)
         best_plan, best_time = tune_fusion(cost, best_plan, best_time, deadline)
         best_plan, best_time = balance_shares(cost, best_plan, best_time, deadline,
-                                              ShareSolver(sim.for_strategy(best_plan).prepared))
+                                              ShareSolver(sim.for_strategy(best_plan)))
     fell_back = not best_time < reference
     if fell_back and best_name in fixed:
         best_plan, best_time = fixed[best_name], reference

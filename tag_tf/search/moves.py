@@ -85,17 +85,15 @@ def candidate_device_sets(topology: Any) -> list[tuple[int, ...]]:
     return unique
 
 
-def coupled_blocks(prepared: Any, num_groups: int, *, ratio: float = 0.5, most: int = 6) -> list[tuple[int, ...]]:
+def coupled_blocks(traffic: np.ndarray, *, ratio: float = 0.5, most: int = 6) -> list[tuple[int, ...]]:
     """Blocks of groups that should move together: each group with the groups it exchanges at least
     `ratio` of its heaviest exchange with (bytes per iteration, both directions), if that makes 2 to
-    `most` groups. A large layer's weights, its forward op and its gradient ops often land in
-    different groups (METIS balances compute); moving any one of them alone to other devices ships
-    the weights every step, so only the block move can win."""
-    src = np.asarray(prepared["op_group"])[np.asarray(prepared["e_src"])]
-    dst = np.asarray(prepared["op_group"])[np.asarray(prepared["e_dst"])]
-    cross = src != dst
-    w = np.zeros((num_groups, num_groups))
-    np.add.at(w, (src[cross], dst[cross]), np.asarray(prepared["e_bytes"], dtype=np.float64)[cross])
+    `most` groups. `traffic[a, b]`: bytes group a sends to group b (`Simulator.group_traffic()`).
+    A large layer's weights, its forward op and its gradient ops often land in different groups
+    (METIS balances compute); moving any one of them alone to other devices ships the weights every
+    step, so only the block move can win."""
+    w = np.asarray(traffic, dtype=np.float64)
+    num_groups = w.shape[0]
     w = w + w.T
     blocks: list[tuple[int, ...]] = []
     for g in range(num_groups):

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tag_tf.compiler.placement import mp_partition
+from tag_tf.placement.layout import mp_partition
 from tag_tf.search.moves import Deadline, Evaluator, improve
 from tag_tf.strategy import GroupPlan, Strategy
 

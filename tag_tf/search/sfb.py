@@ -40,8 +40,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tag_tf.analysis.states import Flag, Kind
-from tag_tf.sim.prepare import SOURCE, STATE_CODE
+from tag_tf.analysis.states import Kind
+from tag_tf.sim.prepare import STATE_CODE
 from tag_tf.strategy import Option, SfbCut, Strategy, split_counts
 
 FULL, SPLIT, PARTIAL = STATE_CODE[Kind.FULL], STATE_CODE[Kind.SPLIT], STATE_CODE[Kind.PARTIAL]
@@ -99,34 +99,28 @@ class SfbOutcome:
 class SfbSolver:
     """The SFB MILPs of one simulator's graph, costs and cluster (any plan)."""
 
-    def __init__(self, sim: Any, time_limit_s: float = 1.0, max_cone: int = MAX_CONE):
+    def __init__(self, sim: Any, time_limit_s: float = 1.0, max_cone: int = MAX_CONE,
+                 deadline: float | None = None):
         self.time_limit_s = time_limit_s
+        self.deadline = deadline          # time.perf_counter() after which no MILP starts (None: no bound)
         self.max_cone = max_cone
-        p = sim.prepared
-
-        self.n = int(p["num_ops"])
-        self.D = int(p["num_devices"])
-        self.batch = int(p["batch"])
-        self.names = sim.analysis.planning.ops
-        self.flags = np.asarray(p["op_flags"])
-        self.group = np.asarray(p["op_group"])
-        self.per_sample = np.asarray(p["op_per_sample"], dtype=np.float64).reshape(-1, self.n)
-        self.dev_type = np.asarray(p["dev_type"])
-        self.bw = np.asarray(p["link_bw"], dtype=np.float64).reshape(self.D, self.D)
-        self.lat = np.asarray(p["link_lat"], dtype=np.float64).reshape(self.D, self.D)
-        src, dst = np.asarray(p["e_src"]), np.asarray(p["e_dst"])
-        self.e_src, self.e_tensor = src, np.asarray(p["e_tensor"])
-        self.e_bytes = np.asarray(p["e_bytes"], dtype=np.int64)
-        self.e_state, self.e_need = np.asarray(p["e_state"]), np.asarray(p["e_need"])
-        self.tensor_names = p["tensor_names"]
-        self.t_bytes = np.asarray(p["t_bytes"], dtype=np.int64)
-        # Planned ops that may run duplicated: none of their members is an input or beside a variable
-        # (compiler.placement.validated_duplicates refuses the others).
-        members = sim.analysis.planning.members()
-        coloc = sim.colocation
-        annotations = sim.analysis.annotations
-        self.eligible = np.array([not any(Flag.SOURCE in annotations[m].flags or coloc.with_variable(m)
-                                          for m in members[op]) for op in self.names], dtype=bool)
+        self.n = int(sim.num_ops)
+        self.D = int(sim.num_devices)
+        self.batch = int(sim.batch_size)
+        self.names = sim.op_names
+        self.source = sim.source_ops()
+        self.group = np.asarray(sim.op_group)
+        self.per_sample = sim.op_per_sample_s()
+        self.dev_type = np.asarray(sim.device_type_index)
+        self.bw, self.lat = sim.link_times()
+        edges = sim.op_edges()
+        src, dst = edges.src, edges.dst
+        self.e_src, self.e_tensor = src, edges.tensor
+        self.e_bytes = edges.nbytes
+        self.e_state, self.e_need = edges.state, edges.need
+        self.tensor_names = sim.tensor_names
+        self.t_bytes = np.asarray(sim.tensor_bytes, dtype=np.int64)
+        self.eligible = sim.duplicable_ops()      # planned ops that may run duplicated
         self.in_edges: list[list[int]] = [[] for _ in range(self.n)]
         self.out_edges: list[list[int]] = [[] for _ in range(self.n)]
         self.consumers: list[set[int]] = [set() for _ in range(self.n)]
@@ -225,7 +219,7 @@ class SfbSolver:
         """Making edge e's tensor whole on every device of the group (inf: not a cut we make)."""
         nbytes = float(self.e_bytes[e])
         producer = int(self.e_src[e])
-        if (self.e_state[e] == PARTIAL and not self.flags[producer] & SOURCE
+        if (self.e_state[e] == PARTIAL and not self.source[producer]
                 and self._replicated(strategy.groups[int(self.group[producer])])):
             # A partial sum would be synchronised where it is cut: the same traffic as the gradient,
             # but mid-way through the backward pass, which then waits for it (TF's gradient tuples
@@ -252,7 +246,7 @@ class SfbSolver:
         inside = set(cone)
         model = Model(f"sfb:{problem.gradient}")
         model.hideOutput()
-        model.setParam("limits/time", self.time_limit_s)
+        model.setParam("limits/time", self._time_limit())
         alpha = {i: model.addVar(f"a{i}", vtype="B") for i in cone}
         cut: dict[int, Any] = {}         # per tensor id entering a cone op
         cut_cost: dict[int, float] = {}
@@ -305,12 +299,16 @@ class SfbSolver:
         synchronised, with the factors the chosen cuts already gather counted as free (a dense
         layer's bias gradient is cheap to rebuild once its weight gradient gathers the errors)."""
         problems = self.problems(strategy)
-        solutions = [self.solve(p, strategy) for p in problems]
+        solutions = []
+        for p in problems:
+            if self.out_of_time():       # the gradients left stay synchronised
+                break
+            solutions.append(self.solve(p, strategy))
         for _ in range(rounds - 1):
             gathered = frozenset((t, s.problem.devices) for s in solutions if s.ops for t in s.gathers)
             changed = False
             for k, s in enumerate(solutions):
-                if s.ops:
+                if s.ops or self.out_of_time():
                     continue
                 again = self.solve(s.problem, strategy, gathered)
                 again = dataclasses.replace(again, solve_s=again.solve_s + s.solve_s)
@@ -320,18 +318,29 @@ class SfbSolver:
                 break
         return solutions
 
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.perf_counter() >= self.deadline
+
+    def _time_limit(self) -> float:
+        """One MILP's time limit: its own, or what is left before the deadline if less."""
+        if self.deadline is None:
+            return self.time_limit_s
+        return max(0.01, min(self.time_limit_s, self.deadline - time.perf_counter()))
+
     def cut_of(self, solution: SfbSolution) -> SfbCut:
         return SfbCut(solution.problem.gradient, tuple(self.names[i] for i in solution.ops),
                       round(-solution.objective_s, 9))
 
 
-def apply_sfb(sim: Any, strategy: Strategy, *, time_limit_s: float = 1.0, max_simulations: int = 64) -> SfbOutcome:
+def apply_sfb(sim: Any, strategy: Strategy, *, time_limit_s: float = 1.0, max_simulations: int = 64,
+              deadline: float | None = None) -> SfbOutcome:
     """`strategy` with the SFB cuts that make it simulate faster. Cuts it already carries are
-    solved afresh; when nothing beats the plan as given, it comes back unchanged."""
+    solved afresh; when nothing beats the plan as given, it comes back unchanged. `deadline` (a
+    time.perf_counter() value) bounds the solving and the trials: past it, what was found stands."""
     start = time.perf_counter()
     base = strategy.with_sfb_cuts(())
     sim = sim.for_strategy(base)
-    solver = SfbSolver(sim, time_limit_s)
+    solver = SfbSolver(sim, time_limit_s, deadline=deadline)
     solutions = tuple(solver.solve_all(base))
     solve_s = sum(s.solve_s for s in solutions)
     proposed = sorted((s for s in solutions if s.ops), key=lambda s: s.objective_s)
@@ -348,7 +357,7 @@ def apply_sfb(sim: Any, strategy: Strategy, *, time_limit_s: float = 1.0, max_si
             best, kept = everything, cuts
         else:                        # one by one, largest predicted saving first, kept when faster
             for cut in cuts:
-                if sims >= max_simulations:
+                if sims >= max_simulations or solver.out_of_time():
                     break
                 trial = seconds(base.with_sfb_cuts([*kept, cut]))
                 sims += 1
@@ -379,7 +388,8 @@ def duplicated_op_types(analysis: Any, strategy: Strategy) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
-def best_with_sfb(sim: Any, topology: Any, result: Any, *, time_limit_s: float = 1.0) -> tuple[Any, SfbOutcome]:
+def best_with_sfb(sim: Any, topology: Any, result: Any, *, time_limit_s: float = 1.0,
+                  deadline: float | None = None) -> tuple[Any, SfbOutcome]:
     """A search result (MCTS or local) with SFB applied to its plan, and each fixed baseline with
     SFB among its baselines ("dp+sfb", ...). The search did not know SFB: where a baseline with
     SFB simulates faster than the plan with SFB (typically DP whose large gradients SFB rebuilds
@@ -388,7 +398,7 @@ def best_with_sfb(sim: Any, topology: Any, result: Any, *, time_limit_s: float =
     `total_s` counting every run made here."""
     from tag_tf.search.baselines import BASELINES, baseline
 
-    outcome = apply_sfb(sim, result.strategy, time_limit_s=time_limit_s)
+    outcome = apply_sfb(sim, result.strategy, time_limit_s=time_limit_s, deadline=deadline)
     baselines = dict(result.baselines)
     best, best_name = outcome, None
     simulations, seconds = outcome.simulations, outcome.total_s
@@ -396,7 +406,10 @@ def best_with_sfb(sim: Any, topology: Any, result: Any, *, time_limit_s: float =
         if not np.isfinite(result.baselines.get(name, np.inf)):
             baselines[name + "+sfb"] = np.inf
             continue
-        other = apply_sfb(sim, baseline(name, sim.num_groups, topology), time_limit_s=time_limit_s)
+        if deadline is not None and time.perf_counter() >= deadline:
+            break                    # out of budget: the baselines left keep no "+sfb" entry
+        other = apply_sfb(sim, baseline(name, sim.num_groups, topology), time_limit_s=time_limit_s,
+                          deadline=deadline)
         simulations, seconds = simulations + other.simulations, seconds + other.total_s
         baselines[name + "+sfb"] = other.after_s
         if other.after_s < best.after_s:

@@ -32,19 +32,11 @@ MIN_SHARE = 1e-3        # of the total: every replica keeps some samples
 class ShareSolver:
     """Per-group compute of one simulator's graph, by device type, ready to balance any plan."""
 
-    def __init__(self, prepared: Any):
-        n, G = prepared["num_ops"], prepared["num_groups"]
-        groups = np.asarray(prepared["op_group"], dtype=np.int64)
-        fixed = np.asarray(prepared["op_fixed"], dtype=np.float64).reshape(-1, n)
-        per_sample = np.asarray(prepared["op_per_sample"], dtype=np.float64).reshape(-1, n)
-        T = fixed.shape[0]
-        self.fixed = np.zeros((G, T))
-        self.per_sample = np.zeros((G, T))
-        for t in range(T):
-            np.add.at(self.fixed[:, t], groups, fixed[t])
-            np.add.at(self.per_sample[:, t], groups, per_sample[t])
-        self.batch = float(prepared["batch"])
-        self.dev_type = np.asarray(prepared["dev_type"], dtype=np.int64)
+    def __init__(self, sim: Any):
+        """`sim`: the Simulator of the plans' groups (`sim.for_strategy(plan)` for refined groups)."""
+        self.fixed, self.per_sample = sim.group_times()          # [group, device type]
+        self.batch = float(sim.batch_size)
+        self.dev_type = np.asarray(sim.device_type_index, dtype=np.int64)
 
     def solve(self, strategy: Strategy, start: Sequence[float] | None = None) -> tuple[float, ...] | None:
         """Shares for `strategy` (None when no group splits its batch over several devices)."""

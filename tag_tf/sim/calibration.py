@@ -20,11 +20,14 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from tag_tf.errors import TagError
+
+if TYPE_CHECKING:
+    from tag_tf.sim.prepare import Prepared
 
 FORMAT = "tag_tf.calibration/1"
 
@@ -103,14 +106,13 @@ class Calibration:
         return {"name": self.name, "values": dict(self.values)}
 
     # -- the simulator's arrays ------------------------------------------------------------------
-    def apply(self, prepared: Mapping[str, Any], members: np.ndarray, topology: Any) -> dict[str, Any]:
+    def apply(self, prepared: Prepared, members: np.ndarray, topology: Any) -> Prepared:
         """A copy of `prepared` (see sim/prepare.py) with this calibration's physics; `members`:
         `member_counts` of the analysis (computed once per simulator, not per calibration)."""
-        out = dict(prepared)
-        n = int(prepared["num_ops"])
-        types = list(prepared["device_types"])
-        fixed = np.array(prepared["op_fixed"], dtype=np.float64).reshape(len(types), n)
-        per_sample = np.array(prepared["op_per_sample"], dtype=np.float64).reshape(len(types), n)
+        n = int(prepared.num_ops)
+        types = list(prepared.device_types)
+        fixed = np.array(prepared.op_fixed, dtype=np.float64).reshape(len(types), n)
+        per_sample = np.array(prepared.op_per_sample, dtype=np.float64).reshape(len(types), n)
         overhead = self.value("op_overhead_s")
         for t, gpu in enumerate(types):
             if gpu == "cpu":
@@ -118,12 +120,10 @@ class Calibration:
             scale = self.value(f"compute_eff:{gpu}")
             fixed[t] = fixed[t] / scale + overhead * members
             per_sample[t] = per_sample[t] / scale
-        out["op_fixed"] = np.ascontiguousarray(fixed.reshape(-1))
-        out["op_per_sample"] = np.ascontiguousarray(per_sample.reshape(-1))
         devices = topology.devices
         D = len(devices)
-        bw = np.array(prepared["link_bw"], dtype=np.float64).reshape(D, D)
-        lat = np.array(prepared["link_lat"], dtype=np.float64).reshape(D, D)
+        bw = np.array(prepared.link_bw, dtype=np.float64).reshape(D, D)
+        lat = np.array(prepared.link_lat, dtype=np.float64).reshape(D, D)
         machine = np.array([d.machine for d in devices])
         gpu_dev = np.array([d.type != "cpu" for d in devices])
         pair = gpu_dev[:, None] & gpu_dev[None, :] & ~np.eye(D, dtype=bool)
@@ -134,9 +134,10 @@ class Calibration:
         if "inter_latency_s" in self.values and not self.provenance.get("inter_latency_s", "").startswith("datasheet"):
             # An absolute figure: only a fitted or measured one replaces the topology's own.
             lat[inter] = self.value("inter_latency_s")
-        out["link_bw"] = np.ascontiguousarray(bw.reshape(-1))
-        out["link_lat"] = np.ascontiguousarray(lat.reshape(-1))
-        return out
+        return dataclasses.replace(prepared, op_fixed=np.ascontiguousarray(fixed.reshape(-1)),
+                                   op_per_sample=np.ascontiguousarray(per_sample.reshape(-1)),
+                                   link_bw=np.ascontiguousarray(bw.reshape(-1)),
+                                   link_lat=np.ascontiguousarray(lat.reshape(-1)))
 
     # -- files -----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

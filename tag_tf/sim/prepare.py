@@ -8,6 +8,7 @@ analysis — the same facts the compiler acts on.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -15,61 +16,179 @@ import numpy as np
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.states import Flag, Kind
-from tag_tf.compiler.fusion import FusionFacts
-from tag_tf.compiler.placement import ColocationSets
+from tag_tf.placement.fusion import FusionFacts
+from tag_tf.placement.layout import ColocationSets
 from tag_tf.ir import TensorRef
 from tag_tf.ir.opsets import VARIABLE_OPS
 
 STATE_CODE = {Kind.FULL: 0, Kind.SPLIT: 1, Kind.PARTIAL: 2, Kind.LOCAL: 3}
-SOURCE, VARIABLE_SIDE = 1, 2
+SOURCE, VARIABLE_SIDE = 1, 2          # op_flags bits
 _READS = frozenset({"ReadVariableOp", "VarHandleOp", "VariableV2", "Variable", "Const"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Piecewise:
+    """A fitted piecewise-linear time model: segment k covers bytes in [breaks[k], breaks[k+1])
+    (breaks[0] = -inf) and predicts intercept[k] + slope[k] * bytes seconds."""
+
+    breaks: np.ndarray            # float64
+    slope: np.ndarray             # float64, seconds per byte
+    intercept: np.ndarray         # float64, seconds
+
+    def as_native(self) -> dict[str, np.ndarray]:
+        return {"breaks": self.breaks, "slope": self.slope, "intercept": self.intercept}
+
+
+@dataclasses.dataclass(frozen=True)
+class CommFits:
+    """A CommModel's fitted transfers, overriding the topology's analytical links."""
+
+    host_message_s: float                        # CPU part of a cross-process transfer's latency
+    p2p_intra: Piecewise | None                  # transfers within one machine (None: not fitted)
+    p2p_inter: Piecewise | None                  # transfers between machines
+    allreduce_intra: tuple[Piecewise | None, ...]   # all-reduce on one machine, by device count
+    allreduce_inter: tuple[Piecewise | None, ...]   # all-reduce spanning machines, by device count
+
+    def as_native(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"host_message_s": self.host_message_s}
+        for scope in ("intra", "inter"):
+            p2p = getattr(self, f"p2p_{scope}")
+            if p2p is not None:
+                out[f"p2p_{scope}"] = p2p.as_native()
+            out[f"allreduce_{scope}"] = [None if f is None else f.as_native()
+                                         for f in getattr(self, f"allreduce_{scope}")]
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """What the native expander reads (field names are the keys kernels/simcore.cpp looks up; see
+    `Prepared` in kernels/expand.h), plus the names reports use. Planned ops, tensors, devices and
+    device types are numbered from 0; a D*D array is indexed [src * D + dst], a T*n one [type * n + op]."""
+
+    num_ops: int                  # planned ops (n)
+    num_groups: int               # op groups (G)
+    num_devices: int              # D
+    num_types: int                # device types (T)
+    batch: int                    # the global batch size the costs are for
+    num_links: int                # link resources (contended by transfers)
+    # -- per planned op
+    op_group: np.ndarray          # int32 [n]: its op group
+    op_coloc: np.ndarray          # int32 [n]: colocation set id (PS: one server per set)
+    op_flags: np.ndarray          # uint8 [n]: SOURCE | VARIABLE_SIDE
+    op_fixed: np.ndarray          # float64 [T*n]: seconds per run, whatever the batch
+    op_per_sample: np.ndarray     # float64 [T*n]: seconds per sample
+    op_out_fixed: np.ndarray      # int64 [n]: output bytes that do not scale with the batch
+    op_out_batched: np.ndarray    # int64 [n]: output bytes at the planning batch (scale with it)
+    op_persist: np.ndarray        # int64 [n]: variable bytes it holds for the whole run
+    # -- data edges: one per (tensor, consuming planned op)
+    e_src: np.ndarray             # int32 [E]: producing planned op
+    e_dst: np.ndarray             # int32 [E]: consuming planned op
+    e_tensor: np.ndarray          # int32 [E]: tensor id
+    e_bytes: np.ndarray           # int64 [E]: whole tensor at the planning batch size
+    e_state: np.ndarray           # uint8 [E]: producer's replicated state (STATE_CODE)
+    e_need: np.ndarray            # uint8 [E]: consumer's requirement (STATE_CODE)
+    # -- control edges between planned ops
+    c_src: np.ndarray             # int32 [C]
+    c_dst: np.ndarray             # int32 [C]
+    # -- per tensor id: the facts tag_tf.placement.fusion's bucket rule reads
+    t_level: np.ndarray           # int32: synchronisation level
+    t_rank: np.ndarray            # int32: production order
+    t_dtype: np.ndarray           # int32: base dtype code
+    t_bytes: np.ndarray           # int64
+    t_fusable: np.ndarray         # uint8: a static shape lets it join a bucket
+    # -- devices and device types
+    dev_type: np.ndarray          # int32 [D]: index into device_types
+    dev_machine: np.ndarray       # int32 [D]
+    dev_host: np.ndarray          # int32 [D]: the machine whose executor a CPU device shares, else -1
+    num_hosts: int                # machines (host executors)
+    dev_capacity: np.ndarray      # int64 [D]: memory bytes
+    type_mem_bw: np.ndarray       # float64 [T]: memory bandwidth, bytes/s (memcpy-like op costs)
+    type_launch: np.ndarray       # float64 [T]: kernel launch overhead, seconds
+    # -- links
+    link_res_ptr: np.ndarray      # int32 [D*D+1]: CSR offsets into link_res per ordered device pair
+    link_res: np.ndarray          # int32: link resource ids a pair's transfers hold
+    link_bw: np.ndarray           # float64 [D*D]: bytes/s (1e30 on the diagonal)
+    link_lat: np.ndarray          # float64 [D*D]: seconds
+    # -- names (for reports and SFB; not read by the native code)
+    link_names: tuple[str, ...]   # by link resource id
+    tensor_names: tuple[str, ...]  # by tensor id
+    device_types: tuple[str, ...]  # by type index
+    comm: CommFits | None = None   # fitted communication, or None (the topology's analytical links)
+
+    def as_native(self) -> dict[str, Any]:
+        """The dict kernels/simcore.cpp's Simulator reads (one key per field; fitted communication
+        under its own keys, left out when there is none)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "comm"}
+        if self.comm is not None:
+            out.update(self.comm.as_native())
+        return out
 
 
 def device_types(topology: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(d.type for d in topology.devices))
 
 
-def prepare(analysis: Analysis, topology: Any, costs: Any, comm: Any = None) -> dict[str, Any]:
+def prepare(analysis: Analysis, topology: Any, costs: Any, comm: Any = None) -> Prepared:
     """`costs`: OpCosts over the training ops (members of planned ops) for `device_types(topology)`;
     `comm`: a CommModel whose fitted models override the topology's analytical links, or None.
 
     CPU-typed devices are virtual devices of one TensorFlow process per machine: they share that
     process's executor, so the simulator runs their ops one at a time per machine."""
-    planning = analysis.planning
-    graph = analysis.graph_b1
-    ops = planning.ops
-    index = {n: i for i, n in enumerate(ops)}
-    host = planning.host
+    index = {n: i for i, n in enumerate(analysis.planning.ops)}
     types = device_types(topology)
-    n = len(ops)
+    edges, tensor_refs = _edge_arrays(analysis, index)
+    links, link_names = _link_arrays(topology)
+    return Prepared(
+        num_ops=len(analysis.planning.ops), num_groups=len(analysis.grouping.groups), batch=analysis.batch_size,
+        **_op_facts(analysis), **_op_costs(analysis, index, types, costs), **_op_bytes(analysis, index),
+        **edges, **_fusion_arrays(analysis, tensor_refs), **_device_arrays(topology, types), **links,
+        link_names=link_names, tensor_names=tuple(str(r) for r in tensor_refs), device_types=types,
+        comm=None if comm is None else _comm_fits(comm, topology.num_devices))
 
-    # -- per planned op ----------------------------------------------------------------------
-    group = np.array([analysis.grouping.group_of[o] for o in ops], dtype=np.int32)
+
+# -- per planned op ------------------------------------------------------------------------------
+def _op_facts(analysis: Analysis) -> dict[str, Any]:
+    """op_group, op_coloc (colocation sets numbered in order of first op) and op_flags."""
+    ops = analysis.planning.ops
     coloc = ColocationSets(analysis)
     roots: dict[int, int] = {}
-    op_coloc = np.array([roots.setdefault(coloc.root(o), len(roots)) for o in ops], dtype=np.int32)
-    flags = np.zeros(n, dtype=np.uint8)
+    flags = np.zeros(len(ops), dtype=np.uint8)
     for i, o in enumerate(ops):
         if Flag.SOURCE in analysis.annotations[o].flags:
             flags[i] |= SOURCE
         if coloc.with_variable(o):
             flags[i] |= VARIABLE_SIDE
+    return {"op_group": np.array([analysis.grouping.group_of[o] for o in ops], dtype=np.int32),
+            "op_coloc": np.array([roots.setdefault(coloc.root(o), len(roots)) for o in ops], dtype=np.int32),
+            "op_flags": flags}
 
+
+def _op_costs(analysis: Analysis, index: dict[str, int], types: tuple[str, ...], costs: Any) -> dict[str, Any]:
+    """op_fixed and op_per_sample ([type * n + op]): a planned op costs the sum of its members."""
+    n = len(index)
     fixed = np.zeros((len(types), n))
     per_sample = np.zeros((len(types), n))
     cost_index = costs.op_index()
-    pairs = [(cost_index[m], index[h]) for m, h in host.items() if m in cost_index]
+    pairs = [(cost_index[m], index[h]) for m, h in analysis.planning.host.items() if m in cost_index]
     member_rows = np.array([p[0] for p in pairs], dtype=np.int64)
     host_cols = np.array([p[1] for p in pairs], dtype=np.int64)
-    for t, dt in enumerate(types):          # a planned op costs the sum of its members
+    for t, dt in enumerate(types):
         d = costs.device_index(dt)
         np.add.at(fixed[t], host_cols, costs.fixed[d, member_rows])
         np.add.at(per_sample[t], host_cols, costs.per_sample[d, member_rows])
+    return {"op_fixed": np.ascontiguousarray(fixed.reshape(-1)),
+            "op_per_sample": np.ascontiguousarray(per_sample.reshape(-1))}
 
+
+def _op_bytes(analysis: Analysis, index: dict[str, int]) -> dict[str, Any]:
+    """op_out_fixed, op_out_batched (output bytes by whether they scale with the batch) and op_persist."""
+    graph = analysis.graph_b1
+    n = len(index)
     out_fixed = np.zeros(n, dtype=np.int64)
     out_batched = np.zeros(n, dtype=np.int64)
     persist = np.zeros(n, dtype=np.int64)
-    for member, h in host.items():
+    for member, h in analysis.planning.host.items():
         op = graph.op(member)
         i = index[h]
         if op.type in VARIABLE_OPS and member in graph.variables:
@@ -82,8 +201,14 @@ def prepare(analysis: Analysis, topology: Any, costs: Any, comm: Any = None) -> 
                 out_batched[i] += size
             else:
                 out_fixed[i] += size
+    return {"op_out_fixed": out_fixed, "op_out_batched": out_batched, "op_persist": persist}
 
-    # -- edges ------------------------------------------------------------------------------
+
+# -- edges ---------------------------------------------------------------------------------------
+def _edge_arrays(analysis: Analysis, index: dict[str, int]) -> tuple[dict[str, Any], list[TensorRef]]:
+    """The data edges (e_*) and control edges (c_*) between planned ops, and the tensors by id."""
+    graph = analysis.graph_b1
+    host = analysis.planning.host
     tensor_ids: dict[TensorRef, int] = {}
     edges: dict[tuple[int, int], tuple[int, int, int, int, int]] = {}
     controls: set[tuple[int, int]] = set()
@@ -107,16 +232,48 @@ def prepare(analysis: Analysis, topology: Any, costs: Any, comm: Any = None) -> 
             if c in host and index[host[c]] < dst:
                 controls.add((index[host[c]], dst))
     e = np.array(list(edges.values()), dtype=np.int64).reshape(-1, 5)
-    c = np.array(sorted(controls), dtype=np.int32).reshape(-1, 2)
-    fusion = _fusion_arrays(analysis, list(tensor_ids))
+    ctl = np.array(sorted(controls), dtype=np.int32).reshape(-1, 2)
+    arrays: dict[str, Any] = {"e_src": e[:, 0].astype(np.int32), "e_dst": e[:, 1].astype(np.int32), "e_tensor": e[:, 2].astype(np.int32),
+              "e_bytes": e[:, 3].astype(np.int64), "e_state": (e[:, 4] // 4).astype(np.uint8),
+              "e_need": (e[:, 4] % 4).astype(np.uint8),
+              "c_src": np.ascontiguousarray(ctl[:, 0]), "c_dst": np.ascontiguousarray(ctl[:, 1])}
+    return arrays, list(tensor_ids)
 
-    # -- devices and links -------------------------------------------------------------------
+
+def _fusion_arrays(analysis: Analysis, refs: list[TensorRef]) -> dict[str, Any]:
+    """Per tensor id, the facts tag_tf.placement.fusion's bucket rule reads (rank: production order)."""
+    facts = FusionFacts(analysis)
+    ranks = [facts.rank(r) for r in refs]
+    rank = np.empty(len(refs), dtype=np.int32)
+    rank[sorted(range(len(refs)), key=ranks.__getitem__)] = np.arange(len(refs), dtype=np.int32)
+    dtypes: dict[str, int] = {}
+    return {"t_level": np.array([facts.level(r) for r in refs], dtype=np.int32), "t_rank": rank,
+            "t_dtype": np.array([dtypes.setdefault(analysis.graph.tensor(r).base_dtype, len(dtypes)) for r in refs],
+                                dtype=np.int32),
+            "t_bytes": np.array([facts.nbytes(r) for r in refs], dtype=np.int64),
+            "t_fusable": np.array([facts.fusable(r) for r in refs], dtype=np.uint8)}
+
+
+# -- devices and links -----------------------------------------------------------------------------
+def _device_arrays(topology: Any, types: tuple[str, ...]) -> dict[str, Any]:
+    """num_devices, num_types, num_hosts and the dev_* and type_* arrays."""
     from tag_tf.topology.gpus import gpu_type
 
     devices = topology.devices
-    D = len(devices)
     type_index = {t: k for k, t in enumerate(types)}
     gpus = [topology.gpu_type(t) if hasattr(topology, "gpu_type") else gpu_type(t) for t in types]
+    return {"num_devices": len(devices), "num_types": len(types), "num_hosts": topology.num_machines,
+            "dev_type": np.array([type_index[d.type] for d in devices], dtype=np.int32),
+            "dev_machine": np.array([d.machine for d in devices], dtype=np.int32),
+            "dev_host": np.array([d.machine if d.type == "cpu" else -1 for d in devices], dtype=np.int32),
+            "dev_capacity": np.array([d.memory_bytes for d in devices], dtype=np.int64),
+            "type_mem_bw": np.array([g.mem_bandwidth for g in gpus], dtype=np.float64),
+            "type_launch": np.array([g.launch_overhead_s for g in gpus], dtype=np.float64)}
+
+
+def _link_arrays(topology: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """num_links and the link_* arrays over ordered device pairs, and the link resources' names."""
+    D = len(topology.devices)
     link_ids: dict[Any, int] = {}
     link_ptr, link_res = [0], []
     bw = np.zeros(D * D)
@@ -132,65 +289,28 @@ def prepare(analysis: Analysis, topology: Any, costs: Any, comm: Any = None) -> 
                 bw[a * D + b] = math.inf
             link_ptr.append(len(link_res))
     bw[~np.isfinite(bw)] = 1e30
-
-    prepared: dict[str, Any] = {
-        "num_ops": n, "num_groups": len(analysis.grouping.groups), "num_devices": D, "num_types": len(types),
-        "batch": analysis.batch_size, "num_links": len(link_ids),
-        "op_group": group, "op_coloc": op_coloc, "op_flags": flags,
-        "op_fixed": np.ascontiguousarray(fixed.reshape(-1)), "op_per_sample": np.ascontiguousarray(per_sample.reshape(-1)),
-        "op_out_fixed": out_fixed, "op_out_batched": out_batched, "op_persist": persist,
-        "e_src": e[:, 0].astype(np.int32), "e_dst": e[:, 1].astype(np.int32), "e_tensor": e[:, 2].astype(np.int32),
-        "e_bytes": e[:, 3].astype(np.int64), "e_state": (e[:, 4] // 4).astype(np.uint8),
-        "e_need": (e[:, 4] % 4).astype(np.uint8),
-        "c_src": np.ascontiguousarray(c[:, 0]), "c_dst": np.ascontiguousarray(c[:, 1]),
-        **fusion,
-        "dev_type": np.array([type_index[d.type] for d in devices], dtype=np.int32),
-        "dev_machine": np.array([d.machine for d in devices], dtype=np.int32),
-        "dev_host": np.array([d.machine if d.type == "cpu" else -1 for d in devices], dtype=np.int32),
-        "num_hosts": topology.num_machines,
-        "dev_capacity": np.array([d.memory_bytes for d in devices], dtype=np.int64),
-        "type_mem_bw": np.array([g.mem_bandwidth for g in gpus], dtype=np.float64),
-        "type_launch": np.array([g.launch_overhead_s for g in gpus], dtype=np.float64),
-        "link_res_ptr": np.array(link_ptr, dtype=np.int32), "link_res": np.array(link_res, dtype=np.int32),
-        "link_bw": bw, "link_lat": lat,
-        "link_names": tuple(str(k) for k in link_ids),
-        "tensor_names": tuple(str(r) for r in tensor_ids),      # by tensor id (for SFB and reports)
-        "device_types": types,
-    }
-    if comm is not None:
-        prepared.update(_comm_fits(comm, D))
-    return prepared
+    arrays = {"num_links": len(link_ids), "link_res_ptr": np.array(link_ptr, dtype=np.int32),
+              "link_res": np.array(link_res, dtype=np.int32), "link_bw": bw, "link_lat": lat}
+    return arrays, tuple(str(k) for k in link_ids)
 
 
-def _fusion_arrays(analysis: Analysis, refs: list[TensorRef]) -> dict[str, np.ndarray]:
-    """Per tensor id, the facts tag_tf.compiler.fusion's bucket rule reads (rank: production order)."""
-    facts = FusionFacts(analysis)
-    ranks = [facts.rank(r) for r in refs]
-    rank = np.empty(len(refs), dtype=np.int32)
-    rank[sorted(range(len(refs)), key=ranks.__getitem__)] = np.arange(len(refs), dtype=np.int32)
-    dtypes: dict[str, int] = {}
-    return {"t_level": np.array([facts.level(r) for r in refs], dtype=np.int32), "t_rank": rank,
-            "t_dtype": np.array([dtypes.setdefault(analysis.graph.tensor(r).base_dtype, len(dtypes)) for r in refs],
-                                dtype=np.int32),
-            "t_bytes": np.array([facts.nbytes(r) for r in refs], dtype=np.int64),
-            "t_fusable": np.array([facts.fusable(r) for r in refs], dtype=np.uint8)}
+def _piecewise(fit: Any) -> Piecewise:
+    return Piecewise(np.array((-math.inf, *fit.breakpoints), dtype=np.float64),
+                     np.array(fit.slopes, dtype=np.float64), np.array(fit.intercepts, dtype=np.float64))
 
 
-def _piecewise(fit: Any) -> dict[str, np.ndarray]:
-    return {"breaks": np.array((-math.inf, *fit.breakpoints), dtype=np.float64),
-            "slope": np.array(fit.slopes, dtype=np.float64), "intercept": np.array(fit.intercepts, dtype=np.float64)}
-
-
-def _comm_fits(comm: Any, num_devices: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"host_message_s": float(comm.host_message_s)}
+def _comm_fits(comm: Any, num_devices: int) -> CommFits:
+    p2p: dict[str, Piecewise | None] = {}
+    allreduce: dict[str, tuple[Piecewise | None, ...]] = {}
     for scope in ("intra", "inter"):
-        if scope in comm.p2p_fits:
-            out[f"p2p_{scope}"] = _piecewise(comm.p2p_fits[scope])
-        fits: list[Any] = [None] * (num_devices + 1)
+        p2p[scope] = _piecewise(comm.p2p_fits[scope]) if scope in comm.p2p_fits else None
+        fits: list[Piecewise | None] = [None] * (num_devices + 1)
         for key, fit in comm.allreduce_fits.items():
             s, _, d = key.partition(":")
             if s == scope and int(d) <= num_devices:
                 fits[int(d)] = _piecewise(fit)
-        out[f"allreduce_{scope}"] = fits
-    return out
+        allreduce[scope] = tuple(fits)
+    return CommFits(float(comm.host_message_s), p2p["intra"], p2p["inter"], allreduce["intra"], allreduce["inter"])
 
+
+__all__ = ["CommFits", "Piecewise", "Prepared", "SOURCE", "STATE_CODE", "VARIABLE_SIDE", "device_types", "prepare"]

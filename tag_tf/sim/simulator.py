@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.simplify import training_ops
-from tag_tf.compiler.placement import ColocationSets, mp_partition, validated_duplicates
+from tag_tf.analysis.states import Flag
+from tag_tf.placement.layout import ColocationSets, mp_partition, validated_duplicates
 from tag_tf.errors import StrategyError
 from tag_tf.sim.calibration import member_counts, resolve as resolve_calibration
-from tag_tf.sim.prepare import device_types, prepare
+from tag_tf.sim.prepare import SOURCE, Prepared, device_types, prepare
 from tag_tf.strategy import Option, Strategy
 
 OPTION_CODE = {Option.ALLREDUCE: 0, Option.PS: 1, Option.DUPLICATE: 2, Option.MODEL_PARALLEL: 3}
@@ -59,6 +60,18 @@ class SimReport:
                 "conversions": dict(self.conversions), "num_tasks": self.num_tasks}
 
 
+class OpEdges(NamedTuple):
+    """Data edges between planned ops, one per (tensor, consuming planned op); states are
+    tag_tf.sim.prepare.STATE_CODE values."""
+
+    src: np.ndarray             # producing planned op
+    dst: np.ndarray             # consuming planned op
+    tensor: np.ndarray          # tensor id
+    nbytes: np.ndarray          # int64: whole tensor at the planning batch size
+    state: np.ndarray           # the producer's replicated state
+    need: np.ndarray            # the consumer's requirement
+
+
 class Simulator:
     def __init__(self, analysis: Analysis, topology: Any, costs: Any = None, comm: Any = None,
                  profile: Any = None, calibration: Any = "default", cost_model: Any = None):
@@ -76,19 +89,19 @@ class Simulator:
         self._comm = comm
         self._regrouped: dict[tuple[int, ...], "Simulator"] = {}
         self._own_groups = analysis.op_groups
-        self.nominal = prepare(analysis, topology, costs, comm)
+        self.nominal: Prepared = prepare(analysis, topology, costs, comm)      # datasheet physics
         self.calibration = resolve_calibration(calibration, topology)
         self._members = member_counts(analysis)
-        self.prepared = (self.nominal if self.calibration is None
-                         else self.calibration.apply(self.nominal, self._members, topology))
-        self._native = _simcore.Simulator(self.prepared)
+        self.prepared: Prepared = (self.nominal if self.calibration is None
+                                   else self.calibration.apply(self.nominal, self._members, topology))
+        self._native = _simcore.Simulator(self.prepared.as_native())
         self._mp_cache: dict[tuple[int, int], dict[str, int]] = {}
         self._op_index = {n: i for i, n in enumerate(analysis.planning.ops)}
-        self._coloc_sets = None
+        self._coloc_sets: ColocationSets | None = None
         self._hosted: dict[str, list[str]] | None = None     # planned op -> its ops (SFB checks)
         D = topology.num_devices
         self._num_devices = D
-        self._link_names = self.prepared["link_names"]
+        self._link_names = self.prepared.link_names
 
     def with_calibration(self, calibration: Any) -> "Simulator":
         """The same graph and cluster under another calibration (op costs and expansion inputs are
@@ -100,7 +113,7 @@ class Simulator:
         other.calibration = resolve_calibration(calibration, self.topology)
         other.prepared = (self.nominal if other.calibration is None
                           else other.calibration.apply(self.nominal, self._members, self.topology))
-        other._native = _simcore.Simulator(other.prepared)
+        other._native = _simcore.Simulator(other.prepared.as_native())
         other._mp_cache = dict(self._mp_cache)
         other._regrouped = {}
         return other
@@ -128,28 +141,130 @@ class Simulator:
     def calibration_name(self) -> str:
         return "nominal" if self.calibration is None else self.calibration.name
 
+    # -- the graph and cluster, as the search reads them ------------------------------------------
     @property
     def num_groups(self) -> int:
         return len(self.analysis.grouping.groups)
+
+    @property
+    def num_ops(self) -> int:
+        """Planned ops (the granularity of op-level facts below)."""
+        return self.prepared.num_ops
+
+    @property
+    def num_devices(self) -> int:
+        return self._num_devices
+
+    @property
+    def batch_size(self) -> int:
+        """The global batch size op costs are for."""
+        return self.prepared.batch
+
+    @property
+    def op_names(self) -> Sequence[str]:
+        """Planned op names, by planned op index."""
+        return self.analysis.planning.ops
+
+    @property
+    def op_group(self) -> np.ndarray:
+        """The op group of each planned op."""
+        return self.prepared.op_group
+
+    @property
+    def device_type_index(self) -> np.ndarray:
+        """Per device, the index of its type in the per-type arrays (`op_per_sample_s`, `group_times`)."""
+        return self.prepared.dev_type
+
+    @property
+    def tensor_names(self) -> tuple[str, ...]:
+        """By tensor id (`OpEdges.tensor`)."""
+        return self.prepared.tensor_names
+
+    @property
+    def tensor_bytes(self) -> np.ndarray:
+        """Bytes of each tensor, by tensor id."""
+        return self.prepared.t_bytes
+
+    def groups_by_compute(self) -> list[int]:
+        """Op groups in descending estimated compute (ties in group order)."""
+        return [int(g) for g in np.argsort([-g.compute for g in self.analysis.grouping.groups], kind="stable")]
+
+    def op_per_sample_s(self) -> np.ndarray:
+        """Seconds per sample of each planned op on each device type, [type, op] (calibrated)."""
+        p = self.prepared
+        return np.asarray(p.op_per_sample, dtype=np.float64).reshape(-1, p.num_ops)
+
+    def group_times(self) -> tuple[np.ndarray, np.ndarray]:
+        """Compute time of each op group on each device type, [group, type] (calibrated): the fixed
+        seconds per run and the seconds per sample, each the sum over the group's planned ops."""
+        p = self.prepared
+        n, G = p.num_ops, p.num_groups
+        groups = np.asarray(p.op_group, dtype=np.int64)
+        fixed = np.asarray(p.op_fixed, dtype=np.float64).reshape(-1, n)
+        per_sample = np.asarray(p.op_per_sample, dtype=np.float64).reshape(-1, n)
+        T = fixed.shape[0]
+        group_fixed = np.zeros((G, T))
+        group_per_sample = np.zeros((G, T))
+        for t in range(T):
+            np.add.at(group_fixed[:, t], groups, fixed[t])
+            np.add.at(group_per_sample[:, t], groups, per_sample[t])
+        return group_fixed, group_per_sample
+
+    def group_traffic(self) -> np.ndarray:
+        """Bytes per iteration the ops of group a send to ops of another group b, [a, b] (whole
+        tensors at the planning batch size, once per consuming planned op)."""
+        p = self.prepared
+        src = np.asarray(p.op_group)[np.asarray(p.e_src)]
+        dst = np.asarray(p.op_group)[np.asarray(p.e_dst)]
+        cross = src != dst
+        traffic = np.zeros((self.num_groups, self.num_groups))
+        np.add.at(traffic, (src[cross], dst[cross]), np.asarray(p.e_bytes, dtype=np.float64)[cross])
+        return traffic
+
+    def op_edges(self) -> "OpEdges":
+        """The data edges between planned ops, one per (tensor, consuming planned op)."""
+        p = self.prepared
+        return OpEdges(np.asarray(p.e_src), np.asarray(p.e_dst), np.asarray(p.e_tensor),
+                       np.asarray(p.e_bytes, dtype=np.int64), np.asarray(p.e_state), np.asarray(p.e_need))
+
+    def source_ops(self) -> np.ndarray:
+        """Per planned op: whether it is a source (an input the batch is fed to)."""
+        return (np.asarray(self.prepared.op_flags) & SOURCE) != 0
+
+    def duplicable_ops(self) -> np.ndarray:
+        """Per planned op: whether it may run duplicated (SFB): none of its members is a source or
+        beside a variable (placement.layout.validated_duplicates refuses the others)."""
+        if self._hosted is None:
+            self._hosted = self.analysis.planning.members()
+        members, coloc, annotations = self._hosted, self.colocation, self.analysis.annotations
+        return np.array([not any(Flag.SOURCE in annotations[m].flags or coloc.with_variable(m) for m in members[op])
+                         for op in self.op_names], dtype=bool)
+
+    def link_times(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bandwidth (bytes/s) and latency (s) between each ordered pair of devices, [src, dst]
+        (calibrated; the topology's analytical links, not fitted communication profiles)."""
+        p, D = self.prepared, self._num_devices
+        return (np.asarray(p.link_bw, dtype=np.float64).reshape(D, D),
+                np.asarray(p.link_lat, dtype=np.float64).reshape(D, D))
 
     def lower_bound_s(self) -> float:
         """Compute lower bound of one iteration: the whole batch's compute spread over all devices
         in proportion to their speed, communication free (sum of per-device rates)."""
         p = self.prepared
-        n, batch = p["num_ops"], p["batch"]
-        per_type = (p["op_fixed"].reshape(-1, n) + p["op_per_sample"].reshape(-1, n) * batch).sum(axis=1)
-        rate = sum(1.0 / per_type[t] for t in p["dev_type"] if per_type[t] > 0)
+        n, batch = p.num_ops, p.batch
+        per_type = (p.op_fixed.reshape(-1, n) + p.op_per_sample.reshape(-1, n) * batch).sum(axis=1)
+        rate = sum(1.0 / per_type[t] for t in p.dev_type if per_type[t] > 0)
         return 1.0 / rate if rate > 0 else 0.0
 
     def device_rates(self) -> list[float]:
         """Samples per second each device computes the whole graph at, by this simulator's (calibrated)
         op costs: a better capacity for batch shares than datasheet peaks."""
         p = self.prepared
-        n = p["num_ops"]
-        per_sample = (p["op_per_sample"].reshape(-1, n)).sum(axis=1)
-        return [1.0 / per_sample[t] if per_sample[t] > 0 else 0.0 for t in p["dev_type"]]
+        n = p.num_ops
+        per_sample = (p.op_per_sample.reshape(-1, n)).sum(axis=1)
+        return [1.0 / per_sample[t] if per_sample[t] > 0 else 0.0 for t in p.dev_type]
 
-    def encode(self, strategy: Strategy) -> tuple[np.ndarray, ...]:
+    def encode(self, strategy: Strategy) -> tuple[Any, ...]:
         """The strategy as the flat arrays the native expander reads."""
         if strategy.op_groups is not None and tuple(strategy.op_groups) != self._own_groups:
             raise StrategyError("the strategy plans refined op groups: encode with sim.for_strategy(strategy)")

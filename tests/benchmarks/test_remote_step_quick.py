@@ -1,5 +1,6 @@
-"""benchmarks/remote_step.py end to end (CI smoke test): the three layouts of a trivial step run on two
-real server processes and the JSON holds their medians. Timings are reported, never asserted."""
+"""benchmarks/remote_step.py end to end (CI smoke test): the layouts of a trivial step (client-driven,
+and between-graph with each process driving its own half) run on two real server processes and the
+JSON holds their medians. Timings are reported, never asserted."""
 from __future__ import annotations
 
 import json
@@ -16,5 +17,7 @@ def test_remote_step_quick(tmp_path):
                         "--rounds", "1", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     data = json.loads(out.read_text())
-    assert data["measured"] and set(data["median_ms"]) == {"local", "remote-fed", "remote-pulled"}
+    ways = {"local", "remote-fed", "remote-pulled", "exchange-client", "collective-client", "collective-each"}
+    assert data["measured"] and set(data["median_ms"]) == ways
     assert all(v > 0 for v in data["median_ms"].values()) and len(data["rounds_ms"]) == 1
+    assert set(data["rounds_ms"][0]) == ways and "between_graph_saves_ms" in data

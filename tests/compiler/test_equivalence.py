@@ -177,8 +177,10 @@ def fused_bn_net(batch: int):
 def test_fused_batch_norm_statistics(exact):
     from tag_tf.analysis import analyze
     from tag_tf.context import Options
+    from tag_tf.profile.weights import reference_weights
 
-    a = analyze(PassContext(Options(exact_batch_stats=exact)), fused_bn_net(8), rebuild=fused_bn_net)
+    a = analyze(PassContext(Options(exact_batch_stats=exact)), fused_bn_net(8), rebuild=fused_bn_net,
+                weight_fn=reference_weights)
     rng = np.random.default_rng(0)
     data = [{"x:0": rng.normal(size=(8, 6, 6, 2)).astype(np.float32),
              "y:0": rng.integers(0, 3, size=8).astype(np.int32)} for _ in range(STEPS)]
@@ -220,8 +222,9 @@ def control_flow_net(batch: int, v2: bool = True):
 def test_functional_control_flow_runs_whole_and_stays_exact():
     from tag_tf.analysis import analyze
     from tag_tf.errors import CompileError
+    from tag_tf.profile.weights import reference_weights
 
-    a = analyze(PassContext(), control_flow_net(8), rebuild=control_flow_net)
+    a = analyze(PassContext(), control_flow_net(8), rebuild=control_flow_net, weight_fn=reference_weights)
     assert a.unclassified() == []
     rng = np.random.default_rng(0)
     data = [{"x:0": rng.normal(size=(8, 2)).astype(np.float32)} for _ in range(STEPS)]
@@ -230,7 +233,8 @@ def test_functional_control_flow_runs_whole_and_stays_exact():
         compiled = compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(3), check=True)
         result = check_equivalence(a, compiled, lambda s: data[s], STEPS)
         assert result.ok, result.max_rel_diff
-    v1 = analyze(PassContext(), control_flow_net(8, v2=False), rebuild=lambda b: control_flow_net(b, v2=False))
+    v1 = analyze(PassContext(), control_flow_net(8, v2=False), rebuild=lambda b: control_flow_net(b, v2=False),
+                 weight_fn=reference_weights)
     with pytest.raises(CompileError, match="v1 control flow"):
         compile_strategy(PassContext(), v1, Strategy.uniform(len(v1.grouping.groups), (0, 1), Option.ALLREDUCE),
                          DeviceMap.local_cpus(2))
@@ -262,8 +266,9 @@ def branchy_net(batch: int):
 def test_concat_gradient_slices_stay_split():
     from tag_tf.analysis import analyze
     from tag_tf.analysis.states import Kind
+    from tag_tf.profile.weights import reference_weights
 
-    a = analyze(PassContext(), branchy_net(8), rebuild=branchy_net)
+    a = analyze(PassContext(), branchy_net(8), rebuild=branchy_net, weight_fn=reference_weights)
     slices = [n for n in a.annotations if a.graph.op(n).type == "Slice"]
     assert slices and all(a.annotations[n].outputs[0].kind is Kind.SPLIT for n in slices)
     rng = np.random.default_rng(1)

@@ -7,6 +7,7 @@ from tag_tf.analysis import analyze
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.context import PassContext
 from tag_tf.ir import from_graph_def
+from tag_tf.profile.weights import reference_weights
 from tag_tf.strategy import Option, Strategy
 
 
@@ -33,7 +34,7 @@ def test_fetching_a_train_tensor_with_update_dependencies_does_not_hang():
     with g.as_default():
         meta = tf.compat.v1.train.export_meta_graph(graph=g)
     ir = from_graph_def(g.as_graph_def(), meta, train_op="train_tensor")
-    analysis = analyze(PassContext(), ir, batch_size=8)
+    analysis = analyze(PassContext(), ir, batch_size=8, weight_fn=reference_weights)
     dp = Strategy.uniform(len(analysis.grouping.groups), (0, 1), Option.ALLREDUCE)
     compiled = compile_strategy(PassContext(), analysis, dp, DeviceMap.local_cpus(2), check=True,
                                 fetches=["train_tensor:0"], run_ops=[init.name])

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import analysis_of
 from tag_tf.compiler import DeviceMap, compile_strategy
-from tag_tf.compiler.fusion import HOROVOD_FUSION_BYTES, Request, assign_buckets, sync_levels
+from tag_tf.placement.fusion import HOROVOD_FUSION_BYTES, Request, assign_buckets, sync_levels
 from tag_tf.context import PassContext
 from tag_tf.search.baselines import baseline, random_strategy
 from tag_tf.strategy import Option, Strategy
@@ -35,7 +35,7 @@ def test_bucket_rule_caps_separates_and_orders():
 
 
 def test_sync_levels_rise_after_every_possible_reduction():
-    from tag_tf.compiler.placement import ColocationSets
+    from tag_tf.placement.layout import ColocationSets
 
     _, a = analysis_of("transformer")
     levels = sync_levels(a)

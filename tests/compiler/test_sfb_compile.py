@@ -11,7 +11,7 @@ import pytest
 
 from conftest import analysis_of, batches
 from tag_tf.compiler import DeviceMap, compile_strategy
-from tag_tf.compiler.placement import validated_duplicates
+from tag_tf.placement.layout import validated_duplicates
 from tag_tf.context import PassContext
 from tag_tf.errors import StrategyError
 from tag_tf.runtime.equivalence import check_equivalence, noise_floor, run_original
@@ -131,8 +131,9 @@ def transpose_net(batch: int):
 @functools.lru_cache(maxsize=None)
 def transpose_analysis():
     from tag_tf.analysis import analyze
+    from tag_tf.profile.weights import reference_weights
 
-    return analyze(PassContext(), transpose_net(8), rebuild=transpose_net)
+    return analyze(PassContext(), transpose_net(8), rebuild=transpose_net, weight_fn=reference_weights)
 
 
 def test_reshape_transpose_chain():

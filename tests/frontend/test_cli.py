@@ -62,7 +62,7 @@ def test_graph_without_train_op(capsys, tmp_path):
 def test_plan_then_simulate_the_plan(capsys, tmp_path):
     plan_file = tmp_path / "plan.json"
     code, out, _ = run_json(capsys, "plan", "--model", "mlp", "--tiny", "--batch", "32", "--topology", "testbed",
-                            "--budget", "5", "--out", str(plan_file), "--json")
+                            "--budget", "5", "--patience-s", "1", "--out", str(plan_file), "--json")
     assert code == 0 and out["simulated"] and out["speedup_over_dp"] >= 1.0
     code, sim, _ = run_json(capsys, "simulate", "--model", "mlp", "--tiny", "--batch", "32", "--topology", "testbed",
                             "--strategy", str(plan_file), "--json")
@@ -192,3 +192,32 @@ def test_calibrate_names_bad_measurements(capsys, tmp_path, row, message):
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and "measurements[0]" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "c.json").exists()
+
+
+def test_a_planned_auto_is_the_plan_distribute_trains_with(capsys, tmp_path, monkeypatch):
+    """`tag-tf plan` runs auto's search (one code path, planning.search) and caches its plan under
+    auto's key: `resolve_strategy(..., "auto")` then reads that plan instead of searching again."""
+    from tag_tf.context import Options, PassContext
+    from tag_tf.frontend.loading import model_ir
+    from tag_tf.frontend.planning import resolve_strategy
+    from tag_tf.models import build_model
+    from tag_tf.profile.weights import reference_weights
+    from tag_tf.topology.load import load_topology
+
+    monkeypatch.setenv("TAG_TF_CACHE_DIR", str(tmp_path))
+    code, out, _ = run_json(capsys, "plan", "--model", "mlp", "--tiny", "--batch", "32", "--topology", "testbed",
+                            "--budget", "3", "--groups", "8", "--json")
+    assert code == 0 and out["plan_cache"] and out["plan_cache"].startswith(str(tmp_path))
+    from tag_tf.analysis import analyze
+
+    model = build_model("mlp", tiny=True, batch_size=32)
+    analysis = analyze(PassContext(Options(num_groups=8)), model_ir(model),
+                       rebuild=lambda b: model_ir(build_model("mlp", tiny=True, batch_size=b)),
+                       weight_fn=reference_weights)
+    plan = resolve_strategy(analysis, load_topology("testbed"), "auto", cache_dir=str(tmp_path),
+                            planner=lambda *a: pytest.fail("auto searched again instead of reading the planned plan"))
+    assert plan.cache_hit and plan.cache_path == out["plan_cache"]
+    assert plan.strategy.to_dict()["groups"] == out["strategy"]["groups"]
+    code, again, _ = run_json(capsys, "plan", "--model", "mlp", "--tiny", "--batch", "32", "--topology", "testbed",
+                              "--budget", "3", "--groups", "8", "--search", "local", "--json")
+    assert code == 0 and again["plan_cache"] is None          # another search: not auto's plan

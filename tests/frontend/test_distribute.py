@@ -182,7 +182,7 @@ def test_planning_uses_profiles_stored_for_the_graph(cache):
     """distribute plans with the op times measured for this graph in cache_dir/profiles, and a plan
     made with other op times is another cached plan."""
     from tag_tf.profile.db import ProfileDB
-    from tag_tf.profile.op_profiler import OpProfile
+    from tag_tf.profile.op_profile import OpProfile
 
     with dist(cache) as d:
         train_with_session(Model(), 1)
@@ -274,10 +274,11 @@ def test_auto_plans_by_simulation(small_graph):
     from tag_tf.analysis import analyze
     from tag_tf.context import PassContext
     from tag_tf.frontend.planning import baseline, choose_auto
+    from tag_tf.profile.weights import reference_weights
     from tag_tf.sim.simulator import Simulator
     from tag_tf.topology import load_topology
 
-    analysis = analyze(PassContext(), small_graph)
+    analysis = analyze(PassContext(), small_graph, weight_fn=reference_weights)
     uneven = load_topology({"name": "mixed", "machines": [
         {"name": "m", "gpus": [{"type": "V100", "count": 1}, {"type": "T4", "count": 1}], "intra": "pcie"}]})
     sim = Simulator(analysis, uneven)

@@ -51,7 +51,7 @@ def test_local_simulator_predicts_mlp_on_two_devices(machine, monkeypatch):
     assert one.iteration_time_s > sim.step_overhead_s > 0
     assert dp.iteration_time_s > sim.step_overhead_s and dp.conversions["allreduce"] > 0
     # The profile is stored under the graph's fingerprint: a second simulator measures nothing.
-    monkeypatch.setattr("tag_tf.profile.op_profiler.profile_model",
+    monkeypatch.setattr("tag_tf.measure.ops.profile_model",
                         lambda *a, **k: pytest.fail("profiled again"))
     again = lm.local_simulator(a, 2, db=db)
     assert again.profile.op_names == sim.profile.op_names
@@ -73,7 +73,7 @@ def test_setups_and_errors():
 
 def test_executor_overhead_spreads_the_untraced_remainder(machine):
     _, m = machine
-    from tag_tf.profile.op_profiler import OpProfile
+    from tag_tf.profile.op_profile import OpProfile
     import numpy as np
 
     prof = OpProfile("cpu", ("a", "b"), np.array([1e-3, 0.0]), np.array([0.0, 1e-4]), (2, 4),

@@ -1,30 +1,14 @@
 """The import structure, checked: no circles among tag_tf's modules, lazy (in-function) imports
-included, and passes import only downward (the pipeline's order, README "How it works")."""
+included; passes import only downward (the pipeline's order: import-linter's contract in
+pyproject.toml); no private helper used across packages."""
 from __future__ import annotations
 
 import ast
 import os
+import subprocess
+import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tag_tf")
-
-# Packages from the bottom up: a package may import its own modules and those of lower layers only.
-LAYERS = (
-    ("errors", "datafiles", "context", "strategy", "ir", "topology", "models"),
-    ("analysis",),
-    ("compiler", "runtime"),
-    ("profile",),
-    ("sim",),
-    ("localmachine",),
-    ("search",),
-    ("frontend", "estimator"),
-)
-
-# Named exceptions, each with its reason. The analyzer's METIS vertex weights are op compute times
-# (the paper's), estimated by the static work counts and roofline model of `profile` (pure functions
-# of the graph; a caller may pass its own `weight_fn` instead).
-ALLOWED_UPWARD = {("tag_tf.analysis.analyzer", "tag_tf.profile.costmodel"),
-                  ("tag_tf.analysis.analyzer", "tag_tf.profile.flops")}
-
 
 def modules() -> dict[str, str]:
     found = {}
@@ -88,28 +72,25 @@ def test_no_import_circles():
     assert circles == [], f"import circles: {circles}"
 
 
-def layer_of(module: str) -> int | None:
-    parts = module.split(".")
-    if len(parts) < 2:
-        return None                           # tag_tf/__init__.py: the public surface, above all
-    for k, names in enumerate(LAYERS):
-        if parts[1] in names:
-            return k
-    return None
-
-
 def test_imports_run_down_the_pipeline():
-    bad = {}
-    for module, targets in sorted(graph().items()):
-        mine = layer_of(module)
-        if mine is None:
-            continue
-        upward = [m for m in sorted(targets) if (layer_of(m) or 0) > mine and (module, m) not in ALLOWED_UPWARD]
-        if upward:
-            bad[module] = upward
-    assert bad == {}, f"modules importing a later stage: {bad}"
-    assert all(layer_of(m) is not None for m in graph() if m.count(".") >= 1), \
-        "a package is missing from LAYERS"
+    """import-linter's layers contract in pyproject.toml: ir -> analysis -> topology -> profile ->
+    strategy -> placement -> compiler/sim -> runtime -> measure -> search/localmachine -> frontend."""
+    linter = os.path.join(os.path.dirname(sys.executable), "lint-imports")
+    run = subprocess.run([linter, "--no-cache", "--config", os.path.join(os.path.dirname(ROOT), "pyproject.toml")],
+                         cwd=os.path.dirname(ROOT), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"modules importing a later stage:\n{run.stdout[-4000:]}{run.stderr[-2000:]}"
+
+
+def test_every_package_is_a_layer():
+    """A new package must take its place in the contract (else import-linter ignores its imports' direction)."""
+    import tomllib
+
+    with open(os.path.join(os.path.dirname(ROOT), "pyproject.toml"), "rb") as f:
+        config = tomllib.load(f)
+    layers = config["tool"]["importlinter"]["contracts"][0]["layers"]
+    named = {name.strip().split(".")[1] for layer in layers for name in layer.split("|")}
+    packages = {m.split(".")[1] for m in modules() if m.count(".") >= 1}
+    assert packages - named == set(), f"packages missing from the layers contract: {sorted(packages - named)}"
 
 
 def private_imports(path: str, module: str) -> list[str]:

@@ -16,7 +16,7 @@ from tag_tf.profile.costmodel import (DEFAULT_GPU_CONSTANTS, CostModel, CostMode
                                       load_constants)
 from tag_tf.profile.costs import OpCosts, model_line, op_costs
 from tag_tf.profile.flops import CLASS_INDEX, OP_CLASSES, OpWork, graph_work_detail
-from tag_tf.profile.op_profiler import OpProfile
+from tag_tf.profile.op_profile import OpProfile
 from tag_tf.topology.gpus import GPU_TYPES, gpu_type
 
 BIG_MATMUL = OpWork(2.0 * 8192 ** 3, 2 * 4.0 * 8192 ** 2, 4.0 * 8192 ** 2, "matmul")

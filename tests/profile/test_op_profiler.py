@@ -11,8 +11,8 @@ from tensorflow.core.framework import step_stats_pb2
 
 from tag_tf.errors import ProfileError
 from tag_tf.models import build_model
-from tag_tf.profile.op_profiler import (OpProfile, check_same_ops, fit_linear, op_times_from_step_stats,
-                                        profile_model, repeat_noise, resolve_device)
+from tag_tf.measure.ops import check_same_ops, profile_model, resolve_device
+from tag_tf.profile.op_profile import OpProfile, fit_linear, op_times_from_step_stats, repeat_noise
 
 FIT_SIZES = (4, 16, 48)
 HELD_OUT = 32
@@ -145,7 +145,7 @@ def test_stored_fit_is_the_robust_fit_of_the_profiles_own_repeats(mlp_profile):
     """The profile keeps every traced repeat; its times are their medians and its line is
     fit_linear's over them with the repeats' noise (how close the line comes at a held-out size is
     measured in benchmarks/costmodel_calibrate.py, not here: that is a timing)."""
-    from tag_tf.profile.op_profiler import repeat_noise
+    from tag_tf.profile.op_profile import repeat_noise
 
     p = mlp_profile
     assert p.info["statistic"] == "median" and p.raw.shape == (len(p.batch_sizes), 5, p.num_ops)

@@ -13,7 +13,7 @@ from tag_tf.errors import ProfileError
 from tag_tf.frontend.cli import main
 from tag_tf.profile.costmodel import DEFAULT_GPU_CONSTANTS, CostModelConstants
 from tag_tf.profile.db import ProfileDB
-from tag_tf.profile.op_profiler import OpProfile
+from tag_tf.profile.op_profile import OpProfile
 
 
 def _profile(device="cpu", sizes=(2, 4, 8), n=5, seed=0) -> OpProfile:
@@ -83,7 +83,7 @@ _WRITER = """
 import sys
 import numpy as np
 from tag_tf.profile.db import ProfileDB
-from tag_tf.profile.op_profiler import OpProfile
+from tag_tf.profile.op_profile import OpProfile
 seed, root = int(sys.argv[1]), sys.argv[2]
 rng = np.random.default_rng(seed)
 n, sizes = 2000, (2, 4, 8)

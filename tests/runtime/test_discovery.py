@@ -11,7 +11,7 @@ import sys
 
 import tensorflow as tf
 
-from tag_tf.profile.discovered import discover, fit_link
+from tag_tf.measure.links import discover, fit_link
 from tag_tf.runtime.cluster import ClusterSpec, free_ports, local_cluster
 from tag_tf.runtime.discovery import gather
 

@@ -53,18 +53,27 @@ def test_searched_strategy_trains_equivalently():
 
 
 def test_coupled_blocks_join_groups_by_their_heaviest_exchange():
-    # Ops 0..5 in groups 0..3: group 1 (weights) sends 100 to group 0 and 60 to group 2 and gets 90
-    # back from group 2; group 3 exchanges 1 with group 0 only.
-    prepared = {"op_group": np.array([0, 1, 2, 3, 1, 2]),
-                "e_src": np.array([1, 4, 5, 3, 0]), "e_dst": np.array([0, 2, 4, 0, 3]),
-                "e_bytes": np.array([100, 60, 90, 1, 1])}
-    blocks = coupled_blocks(prepared, 4)
+    # Groups 0..3: group 1 (weights) sends 100 to group 0 and 60 to group 2 and gets 90 back from
+    # group 2; group 3 exchanges 1 with group 0 in each direction.
+    traffic = np.zeros((4, 4))
+    traffic[1, 0], traffic[1, 2], traffic[2, 1], traffic[3, 0], traffic[0, 3] = 100, 60, 90, 1, 1
+    blocks = coupled_blocks(traffic)
     # Group 1: 100 with 0 and 150 with 2 -> both (>= half of 150); group 2: only 1 (150); group 0:
     # 100 with 1, 2 with 3 -> only 1; group 3: only 0. Heaviest internal exchange first.
     assert blocks == [(0, 1, 2), (1, 2), (0, 1), (0, 3)]
-    assert coupled_blocks(prepared, 4, most=2) == [(1, 2), (0, 1), (0, 3)]
-    assert coupled_blocks({"op_group": np.zeros(2, int), "e_src": np.array([0]), "e_dst": np.array([1]),
-                           "e_bytes": np.array([5])}, 1) == []
+    assert coupled_blocks(traffic, most=2) == [(1, 2), (0, 1), (0, 3)]
+    assert coupled_blocks(np.zeros((1, 1))) == []
+
+
+def test_group_traffic_sums_the_bytes_crossing_groups():
+    _, a = analysis_of("cnn")
+    sim = Simulator(a, load_topology("local:2"))
+    traffic = sim.group_traffic()
+    G = sim.num_groups
+    assert traffic.shape == (G, G) and np.all(np.diag(traffic) == 0) and traffic.sum() > 0
+    edges, group = sim.op_edges(), sim.op_group
+    cross = group[edges.src] != group[edges.dst]
+    assert traffic.sum() == float(edges.nbytes[cross].sum())
 
 
 def test_search_starts_from_a_smaller_device_set_when_dp_cannot_run(capsys, tmp_path):

@@ -135,3 +135,22 @@ def test_single_device_and_duplicate_plans_have_nothing_to_do():
                  Strategy.uniform(sim.num_groups, (0, 1), Option.MODEL_PARALLEL)):
         out = apply_sfb(sim, plan)
         assert out.solutions == () and out.strategy.sfb == () and out.after_s == out.before_s
+
+
+def test_the_planning_budget_bounds_sfb_too():
+    """A deadline already past: no MILP starts and the plan comes back as given; `planning.search`
+    with no budget left returns the best baseline without SFB work (nothing "+sfb" evaluated)."""
+    import time
+
+    from tag_tf.frontend.planning import search
+    from tag_tf.search.mcts import MctsOptions
+
+    _, a = analysis_of("mlp", batch_size=4, hidden=(256, 256), input_size=256)
+    sim = Simulator(a, load_topology(TWO_MACHINES))
+    dp = baseline("dp", sim.num_groups, sim.topology)
+    assert apply_sfb(sim, dp).kept > 0                        # with time, SFB has cuts to keep here
+    late = apply_sfb(sim, dp, deadline=time.perf_counter())
+    assert late.solutions == () and late.kept == 0 and late.strategy == dp
+    found = search(sim, sim.topology, options=MctsOptions(budget_s=0.0), sfb=True)
+    assert found.found and found.sfb is not None and found.sfb.solutions == ()
+    assert not any(name.endswith("+sfb") for name in found.result.baselines)

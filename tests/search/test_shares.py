@@ -32,7 +32,7 @@ def test_data_parallel_shares_level_heterogeneous_devices():
     _, a = analysis_of("cnn")
     topology = load_topology("testbed")
     sim = Simulator(a, topology)
-    solver = ShareSolver(sim.prepared)
+    solver = ShareSolver(sim)
     dp = Strategy.uniform(sim.num_groups, range(topology.num_devices), Option.ALLREDUCE)
     shares = solver.solve(dp)
     load = predicted_compute(solver, dp, shares)
@@ -53,7 +53,7 @@ def test_a_device_that_also_holds_an_unreplicated_group_takes_fewer_samples():
     topology = topology_from_dict({"name": "two", "machines": [{"gpus": "1x V100"}, {"gpus": "1x V100"}],
                                    "inter": {"switch": "100Gbps"}})
     sim = Simulator(a, topology)
-    solver = ShareSolver(sim.prepared)
+    solver = ShareSolver(sim)
     compute = np.array([g.compute for g in a.grouping.groups])
     alone = int(np.argmin(abs(compute - 0.1 * compute.sum())))      # about a tenth of the work
     groups = [GroupPlan((0, 1), Option.ALLREDUCE)] * sim.num_groups
@@ -84,7 +84,7 @@ def test_polish_keeps_levelled_shares_only_where_they_simulate_faster():
     plan = dataclasses.replace(baseline("horovod-p", sim.num_groups, topology), shares=tuple(rates / rates.sum()))
     cost = Evaluator(sim)
     start = cost(plan)
-    solver = ShareSolver(sim.prepared)
+    solver = ShareSolver(sim)
     levelled = cost(dataclasses.replace(plan, shares=solver.solve(plan)))
     assert levelled < start
     found, t = balance_shares(cost, plan, start, Deadline(time.perf_counter() + 60), solver, rounds=0)

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from tag_tf.errors import ProfileError
-from tag_tf.profile.comm import (CommModel, LocalCluster, SegmentedLinear, measure_allreduce,
-                                 measure_p2p, run_allreduce, sizes_up_to)
+from tag_tf.measure.comm import measure_allreduce, measure_p2p, run_allreduce, sizes_up_to
+from tag_tf.profile.comm import CommModel, SegmentedLinear
+from tag_tf.runtime.cluster import LocalCluster
 from tag_tf.topology import load_topology, presets
 
 KiB, MiB = 1 << 10, 1 << 20

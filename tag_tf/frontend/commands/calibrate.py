@@ -14,11 +14,17 @@ import json
 import math
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from tag_tf.errors import TagError
+
+if TYPE_CHECKING:
+    from tag_tf.analysis import Analysis
+    from tag_tf.search.calibration_fit import Case
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.spec import Topology
 
 MEASUREMENTS_FORMAT = "tag_tf.measurements/1"
 FITTABLE_STRATEGIES = ("dp", "dp-p", "horovod", "horovod-p")
@@ -82,11 +88,11 @@ class CaseBuilder:
     def __init__(self, topologies: dict[str, Any], groups: int):
         self.topology_specs = topologies
         self.groups = groups
-        self._analyses: dict[tuple[str, int | None], Any] = {}
-        self._topologies: dict[str, Any] = {}
-        self._sims: dict[tuple[str, int | None, str], Any] = {}
+        self._analyses: dict[tuple[str, int | None], Analysis] = {}
+        self._topologies: dict[str, Topology] = {}
+        self._sims: dict[tuple[str, int | None, str], Simulator] = {}
 
-    def topology(self, name: str) -> Any:
+    def topology(self, name: str) -> Topology:
         from tag_tf.topology.load import load_topology
         from tag_tf.topology.parse import topology_from_dict
 
@@ -96,7 +102,7 @@ class CaseBuilder:
                                       if isinstance(spec, dict) else load_topology(spec))
         return self._topologies[name]
 
-    def analysis(self, model: str, batch: int | None) -> Any:
+    def analysis(self, model: str, batch: int | None) -> Analysis:
         from tag_tf.context import Options, PassContext
         from tag_tf.frontend.loading import analysis_for, load
 
@@ -108,7 +114,7 @@ class CaseBuilder:
             self._analyses[key] = analysis_for(load(args, dropout=0.0), args, ctx)
         return self._analyses[key]
 
-    def case(self, row: dict[str, Any]) -> Any:
+    def case(self, row: dict[str, Any]) -> Case:
         from tag_tf.search.baselines import baseline
         from tag_tf.search.calibration_fit import Case
         from tag_tf.sim.simulator import Simulator
@@ -123,7 +129,7 @@ class CaseBuilder:
         return Case(row["id"], sim, strategy, float(row["seconds"]))
 
 
-def free_parameters(cases: list[Any]) -> list[str]:
+def free_parameters(cases: list[Case]) -> list[str]:
     """compute_eff per GPU type present in the fitted figures, and the shared physics."""
     types = sorted({d.type for c in cases for d in c.sim.topology.devices if d.type != "cpu"})
     multi_machine = any(c.sim.topology.num_machines > 1 for c in cases)
@@ -136,7 +142,8 @@ def free_parameters(cases: list[Any]) -> list[str]:
     return names
 
 
-def calibrate(path: str, name: str, groups: int = 60, progress: Any = None) -> dict[str, Any]:
+def calibrate(path: str, name: str, groups: int = 60, progress: Callable[[int, float], None] | None = None
+              ) -> dict[str, Any]:
     """Fit, predict the held-out figures, and return the calibration plus its report."""
     from tag_tf.search.calibration_fit import fit_basins, simulate_cases
     from tag_tf.sim.calibration import REQUIRED, Calibration, parameter_of
@@ -180,7 +187,7 @@ def calibrate(path: str, name: str, groups: int = 60, progress: Any = None) -> d
     return {"calibration": Calibration(name, values, provenance, report), "report": report}
 
 
-def _peak_flops(cases: list[Any], free: list[str]) -> dict[str, float]:
+def _peak_flops(cases: list[Case], free: list[str]) -> dict[str, float]:
     """Datasheet peak FLOP/s of every fitted GPU type (from the first topology that has it)."""
     out: dict[str, float] = {}
     for case in cases:

@@ -15,7 +15,7 @@ def register(sub) -> None:
     add_model_args(p)
     p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED) or file")
     p.add_argument("--budget-s", "--budget", dest="budget", type=float, default=30.0,
-                   help="search budget in seconds (default 30)")
+                   help="planning budget in seconds, the search and SFB after it together (default 30)")
     p.add_argument("--patience-s", dest="patience", type=float,
                    help="MCTS: end the tree search once the best plan has not improved for this many seconds "
                         "(or for as long as it took to find it); default: search the whole budget")
@@ -45,8 +45,11 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from tag_tf.context import Options, PassContext
-    from tag_tf.search.local_search import NOTHING_FITS, describe, local_search
-    from tag_tf.frontend.planning import LOCAL_CALIBRATION, local_machine_simulator, local_setup, simulator
+    from tag_tf.frontend.planning import (LOCAL_CALIBRATION, PlanCache, local_machine_simulator, local_setup, search,
+                                          simulator, stamped)
+    from tag_tf.search.local_search import NOTHING_FITS, describe
+    from tag_tf.search.mcts import MctsOptions
+    from tag_tf.search.sfb import duplicated_op_types
     from tag_tf.localmachine.runtime import configure_runtime
     from tag_tf.topology.load import load_topology
 
@@ -75,40 +78,39 @@ def run(args) -> int:
         raise StrategyError(f"--budget-s must not be negative, got {args.budget}")
     if args.patience is not None and not args.patience > 0:
         raise StrategyError(f"--patience-s must be positive, got {args.patience}")
+    if args.weights and args.prior != "gnn":
+        raise StrategyError("--weights is for the GNN prior: add --prior gnn")
+    found = search(sim, topology, method=args.search, prior=args.prior, weights=args.weights, sfb=args.sfb,
+                   options=MctsOptions(budget_s=args.budget, iterations=args.iterations, seed=args.seed,
+                                       progress=not args.json, patience_s=args.patience))
+    result, simulations, seconds = found.result, found.simulations, found.seconds
     if args.search == "mcts":
-        from tag_tf.search.mcts import MctsOptions, mcts_search
-
-        if args.weights and args.prior != "gnn":
-            raise StrategyError("--weights is for the GNN prior: add --prior gnn")
-        result = mcts_search(sim, topology, MctsOptions(budget_s=args.budget, iterations=args.iterations,
-                                                        seed=args.seed, progress=not args.json,
-                                                        patience_s=args.patience), prior=args.prior,
-                             weights=args.weights)
-        search = {"search": "mcts", "prior": args.prior, "seed": args.seed, "iterations": result.iterations,
-                  "iterations_to_beat_dp": result.iterations_to_beat_dp, "time_to_beat_dp_s": result.time_to_beat_dp_s,
-                  "fell_back_to_baseline": result.fell_back, "converged": result.converged}
-        simulations, seconds = result.simulations, result.seconds
+        search_info = {"search": "mcts", "prior": args.prior, "seed": args.seed, "iterations": result.iterations,
+                       "iterations_to_beat_dp": result.iterations_to_beat_dp,
+                       "time_to_beat_dp_s": result.time_to_beat_dp_s,
+                       "fell_back_to_baseline": result.fell_back, "converged": result.converged}
     else:
-        result = local_search(sim, topology, budget_s=args.budget, progress=not args.json)
-        search = {"search": "local", "iterations": None, "iterations_to_beat_dp": None, "time_to_beat_dp_s": None,
-                  "fell_back_to_baseline": result.best_baseline is not None
-                  and result.iteration_time_s >= result.baselines[result.best_baseline]}
-        simulations, seconds = result.evaluations, result.seconds
+        search_info = {"search": "local", "iterations": None, "iterations_to_beat_dp": None, "time_to_beat_dp_s": None,
+                       "fell_back_to_baseline": result.best_baseline is not None
+                       and result.iteration_time_s >= result.baselines[result.best_baseline]}
     if not result.found:
         raise StrategyError(f"no plan found for {loaded.source} on {topology.name}: {NOTHING_FITS} "
                             f"(batch {analysis.batch_size})")
     sfb = {"enabled": False}
-    if args.sfb:
-        from tag_tf.search.sfb import best_with_sfb, duplicated_op_types
-
-        result, outcome = best_with_sfb(sim, topology, result)
-        sfb = {"enabled": True, **outcome.to_dict(),
+    if found.sfb is not None:
+        sfb = {"enabled": True, **found.sfb.to_dict(),
                "duplicated_op_types": duplicated_op_types(analysis.for_strategy(result.strategy), result.strategy)}
-        simulations += outcome.simulations
-        seconds += outcome.total_s
         # A baseline with SFB may have beaten the plan with SFB: then that baseline is the plan.
-        search["fell_back_to_baseline"] = bool(search["fell_back_to_baseline"] or getattr(result, "fell_back", False)
-                                               or result.strategy.name.endswith("+sfb"))
+        search_info["fell_back_to_baseline"] = bool(search_info["fell_back_to_baseline"]
+                                                    or getattr(result, "fell_back", False)
+                                                    or result.strategy.name.endswith("+sfb"))
+    cached = None
+    if not local and args.search == "mcts" and args.prior == "uniform" and args.iterations is None:
+        # The same search `distribute(strategy="auto")` runs: the plan it would cache. Stored, so a plan
+        # made ahead of time with this command is the one training uses.
+        cache = PlanCache(ctx.options.cache_root())
+        cached = cache.path_for(analysis, topology, "auto", calibration=args.calibration, costs=costs, sfb=args.sfb)
+        cache.store(cached, stamped(result.strategy, analysis, topology), "auto")
     if args.out:
         result.strategy.save(args.out)
     out = {"model": loaded.source, "topology": topology.name,
@@ -120,10 +122,10 @@ def run(args) -> int:
            "lower_bound_s": sim.lower_bound_s(),
            "baselines": {k: _seconds(v) for k, v in result.baselines.items()},
            "speedup_vs_dp": result.speedup_over_dp, "speedup_vs_best_baseline": result.speedup_over_best_baseline,
-           **search, "planning_time_s": round(seconds, 3), "simulations": simulations, "oom": False,
+           **search_info, "planning_time_s": round(seconds, 3), "simulations": simulations, "oom": False,
            "cost_sources": dict(sim.costs.source), "profiles": dict(costs.files) if costs else {},
            "evaluations": simulations, "search_s": round(seconds, 2),
-           "sfb": sfb, "strategy": result.strategy.to_dict(),
+           "sfb": sfb, "plan_cache": cached, "strategy": result.strategy.to_dict(),
            "groups": describe(result.strategy, topology, analysis.for_strategy(result.strategy).grouping.groups)}
     if args.json:
         json.dump(out, sys.stdout)
@@ -133,7 +135,7 @@ def run(args) -> int:
     speedup = "no baseline runs here" if best is None else f"{result.speedup_over_best_baseline:.2f}x over {best}"
     print(f"{loaded.source} on {topology.name}: {result.iteration_time_s * 1e3:.2f} ms per iteration "
           f"(simulated), {speedup}; compute lower bound {sim.lower_bound_s() * 1e3:.2f} ms "
-          f"({simulations} strategies in {seconds:.1f} s, {search['search']} search)")
+          f"({simulations} strategies in {seconds:.1f} s, {search_info['search']} search)")
     for name, t in result.baselines.items():
         print(f"  {name:<10} {_ms(t)}")
     if sfb["enabled"]:
@@ -142,6 +144,8 @@ def run(args) -> int:
               f"{sfb['solve_ms_per_gradient']['mean']:.1f} ms per gradient)")
     if args.out:
         print(f"strategy written to {args.out}")
+    if cached:
+        print(f"plan cached for distribute(strategy='auto'): {cached}")
     return 0
 
 

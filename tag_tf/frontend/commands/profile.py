@@ -16,9 +16,12 @@ import argparse
 import dataclasses
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tag_tf.errors import ProfileError
+
+if TYPE_CHECKING:
+    from tag_tf.profile.op_profile import OpProfile
 
 
 def register(subparsers: Any) -> None:
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from tag_tf.frontend.loading import model_ir
     from tag_tf.models import build_model
     from tag_tf.profile.db import ProfileDB, default_db_path
-    from tag_tf.profile.op_profiler import profile_model, resolve_device
+    from tag_tf.measure.ops import profile_model, resolve_device
 
     sizes = parse_batch_sizes(args.batch_sizes)
     if args.repeats < 1:
@@ -130,13 +133,14 @@ def cluster_devices(cluster_file: str, topology_spec: str | None) -> list[Target
     import tensorflow as tf
 
     from tag_tf.runtime.cluster import ClusterSpec
+    from tag_tf.runtime.sessions import session_config
 
     spec = ClusterSpec.load(cluster_file)
     spec.check()                                   # a dead server is named before anything runs
     prefix = f"/job:{spec.job}/replica:0/task:"
     with tf.Graph().as_default():
-        with tf.compat.v1.Session(spec.target, config=tf.compat.v1.ConfigProto(
-                operation_timeout_in_ms=spec.timeout_ms)) as sess:
+        with tf.compat.v1.Session(spec.target, config=session_config(None, timeout_ms=spec.timeout_ms,
+                                                                     soft_placement=False)) as sess:
             devices = sess.list_devices()
     present = {_short(d.name) for d in devices}
     found: dict[str, Target] = {}
@@ -169,7 +173,7 @@ def cluster_devices(cluster_file: str, topology_spec: str | None) -> list[Target
     return [Target("cpu", f"{prefix}{task}/device:CPU:0", f"grpc://{spec.tasks[task]}")]
 
 
-def summarize(profile: Any, model: str, top: int) -> dict[str, Any]:
+def summarize(profile: OpProfile, model: str, top: int) -> dict[str, Any]:
     """The JSON report of a profile."""
     b_max = max(profile.batch_sizes)
     k = {b: i for i, b in enumerate(profile.batch_sizes)}

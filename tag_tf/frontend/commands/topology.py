@@ -56,7 +56,7 @@ def _discover(cluster: str, trusted_network: bool) -> tuple[Topology, dict]:
     from tag_tf.context import default_cache_dir
     from tag_tf.runtime import roles
     from tag_tf.runtime.cluster import ClusterSpec, check_trusted
-    from tag_tf.profile.discovered import discover
+    from tag_tf.measure.links import discover
 
     if cluster.lower() == "tf_config":
         role = roles.from_tf_config()

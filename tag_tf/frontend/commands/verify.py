@@ -106,7 +106,9 @@ def run(args) -> int:
     strategy.validate(len(analysis.grouping.groups), args.devices)
     check_memory(analysis, topology, strategy, loaded.source)
     rng = np.random.default_rng(args.seed)
-    batches = [loaded.model.feed(rng) for _ in range(args.steps)]
+    model = loaded.model
+    assert model is not None           # --model only: add_model_args(graph=False)
+    batches = [model.feed(rng) for _ in range(args.steps)]
     start = time.perf_counter()
     if args.processes == 1:
         devices = DeviceMap.local_cpus(args.devices)

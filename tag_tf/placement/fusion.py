@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.states import Kind
-from tag_tf.compiler.placement import ColocationSets
+from tag_tf.placement.layout import ColocationSets
 from tag_tf.ir import TensorRef
 
 HOROVOD_FUSION_BYTES = 64 * 2**20   # Horovod's default fusion buffer (HOROVOD_FUSION_THRESHOLD)

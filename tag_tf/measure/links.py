@@ -15,10 +15,14 @@ import hashlib
 import json
 import logging
 import os
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tag_tf.datafiles import write_atomic
 from tag_tf.runtime.discovery import gather
+
+if TYPE_CHECKING:
+    from tag_tf.runtime.cluster import ClusterSpec
+    from tag_tf.topology.spec import Topology
 
 log = logging.getLogger("tag_tf.discovery")
 
@@ -26,11 +30,11 @@ PROBE_SIZES = (64 << 10, 1 << 20, 4 << 20)   # bytes: enough to separate latency
 
 
 class _Pair:
-    """Two tasks of a running cluster, in the shape `profile.comm.measure_p2p` drives."""
+    """Two tasks of a running cluster, in the shape `measure.comm.measure_p2p` drives."""
 
     num_tasks = 2
 
-    def __init__(self, spec: Any, a: int, b: int):
+    def __init__(self, spec: ClusterSpec, a: int, b: int):
         self.spec, self.tasks = spec, (a, b)
         self.target = spec.target
 
@@ -38,10 +42,7 @@ class _Pair:
         return f"/job:{self.spec.job}/replica:0/task:{self.tasks[i]}/device:CPU:{index}"
 
     def session_config(self) -> Any:
-        config = self.spec.session_config()
-        del config.device_filters[:]
-        config.device_filters.extend(f"/job:{self.spec.job}/task:{t}" for t in self.tasks)
-        return config
+        return self.spec.session_config(device_filters=[f"/job:{self.spec.job}/task:{t}" for t in self.tasks])
 
 
 def fit_link(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
@@ -56,27 +57,27 @@ def fit_link(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
     return float(1.0 / slope), float(max(intercept, 0.0))
 
 
-def measure_links(spec: Any, repeats: int = 3) -> dict:
+def measure_links(spec: ClusterSpec, repeats: int = 3) -> dict:
     """The chief's link to each other task, measured: {"pairs": [...], "bandwidth": B/s, "latency": s}
     with the slowest bandwidth and the largest latency standing for the switch."""
-    from tag_tf.profile.comm import measure_p2p
+    from tag_tf.measure.comm import measure_p2p
 
-    pairs = []
+    pairs: list[dict[str, Any]] = []
     for task in range(1, len(spec.tasks)):
         samples = measure_p2p(PROBE_SIZES, repeats=repeats, warmup=1, cluster=_Pair(spec, 0, task))
         bandwidth, latency = fit_link(samples)
         pairs.append({"tasks": [0, task], "bandwidth": bandwidth, "latency": latency,
                       "samples": [[int(b), float(t)] for b, t in samples]})
-    return {"pairs": pairs, "bandwidth": min(p["bandwidth"] for p in pairs),
-            "latency": max(p["latency"] for p in pairs)}
+    return {"pairs": pairs, "bandwidth": min(float(p["bandwidth"]) for p in pairs),
+            "latency": max(float(p["latency"]) for p in pairs)}
 
 
-def cluster_key(spec: Any, descriptions: Sequence[dict | None]) -> str:
+def cluster_key(spec: ClusterSpec, descriptions: Sequence[dict | None]) -> str:
     text = json.dumps({"tasks": list(spec.tasks), "job": spec.job, "devices": list(descriptions)}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _machine(task: int, spec: Any, description: dict | None, custom: dict[str, dict]) -> dict:
+def _machine(task: int, spec: ClusterSpec, description: dict | None, custom: dict[str, dict]) -> dict:
     if description is None:
         log.warning("tag_tf: task %d (%s) did not report its devices (not a tag_tf server?); taking %d CPU "
                     "device(s) from the cluster", task, spec.tasks[task], spec.cpus_per_task)
@@ -99,7 +100,7 @@ def _machine(task: int, spec: Any, description: dict | None, custom: dict[str, d
     return {"name": f"task{task}", "gpus": [{"type": t} for t in types], "intra": "pcie"}
 
 
-def discover(spec: Any, cache_dir: str | None = None, measure: bool = True) -> tuple[Any, dict]:
+def discover(spec: ClusterSpec, cache_dir: str | None = None, measure: bool = True) -> tuple[Topology, dict]:
     """(Topology, report) of the running cluster `spec`: machine i = task i, devices as reported,
     the inter-machine switch as measured (or read from the cache). report: descriptions, link figures,
     whether they came from the cache, the cache file."""

@@ -1,0 +1,174 @@
+"""The all-reduces and fused sums of the GraphBuilder: reserved while the ops are emitted, built last.
+
+A partial sum that the consumers need whole is either all-reduced among its replicas or summed
+(AddN) on one device. The conversions only reserve the names of the results (`_all_reduce`, and
+`_add_n` for the training step's sums when fusion is on); once every op is emitted,
+`_emit_collectives` packs the requests into buckets (tag_tf/placement/fusion.py: the strategy's
+`fusion_bytes`, or one tensor per collective) and emits them in one global order. Each collective
+waits (control edge) for the previous one on each of its devices, so every member issues them in
+the same order and rings cannot deadlock. With `sync_after_backward` (DP-NCCL as the paper ran it)
+the first collective of each sync level on a device also waits for every value of that level on
+the device, so no all-reduce overlaps the backward pass.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from tag_tf.compiler.base import BuilderBase
+from tag_tf.ir import TensorRef
+from tag_tf.placement.fusion import FusionFacts, assign_buckets
+
+
+class CollectivesMixin(BuilderBase):
+    def _init_collectives(self, fusion_bytes: int | None, instance_key_base: int, sync_after_backward: bool) -> None:
+        self.fusion_bytes = fusion_bytes
+        self.sync_after_backward = sync_after_backward
+        self._barrier: dict[tuple[int, int], list[str]] = {}    # (level, device) -> ops to wait for
+        self._group_keys: dict[tuple[int, ...], int] = {}
+        # Servers remember each collective instance's shape across runs: graphs compiled for the
+        # same servers must not reuse instance keys (see compile.instance_key_base).
+        self._instance_key = instance_key_base
+        self._last_collective: dict[int, str] = {}
+        # All-reduces requested while emitting: (memo key, reserved output names per replica).
+        self._pending: list[tuple[tuple, list[str]]] = []
+        self._buckets: list[list[tuple]] = []        # memo keys per emitted collective
+        self._pending_sums: list[tuple[tuple, list[str]]] = []   # AddN on one device, fused
+        self._sum_buckets: list[list[tuple]] = []    # memo keys per fused AddN (2+ members)
+        self._collectives_done = False
+        self._flat_shapes: dict[str, str] = {}          # device -> Const [-1]
+
+    # -- requests (while the ops are emitted) ----------------------------------------------------
+    def _add_n(self, ref: TensorRef, device: int) -> str:
+        """ref's replicas summed on `device`. With fusion, the training step's sums are deferred
+        like all-reduces: they are packed per (replicas, device) into buckets by `_emit_collectives`."""
+        if self.fusion_bytes and self._emitting_training and not self._recompute_depth and not self._collectives_done:
+            name = self.f.unique(f"tag/sum/{ref.op}")
+            self._pending_sums.append((("addn", ref, device), [name]))
+            return name + ":0"
+        play = self.placement.of(ref.op)
+        pieces = [self.out(ref, k) for k in range(play.size)]
+        return self.f.add_n(f"tag/sum/{ref.op}", pieces, self._dtype(ref), self.devices[device]) + ":0"
+
+    def _all_reduce(self, ref: TensorRef) -> list[str]:
+        """Per replica, the name of ref's all-reduced value. Until every op is emitted this only
+        reserves the names (the collective is built with its bucket by `_emit_collectives`)."""
+        def reserve() -> list[str]:
+            play = self.placement.of(ref.op)
+            names = [self.f.unique(f"tag/allreduce/{ref.op}/r{k}") for k in range(play.size)]
+            key = ("allreduce", ref)
+            if self._collectives_done:       # a late request (none is known to occur): alone
+                self._emit_bucket([(key, names)])
+            else:
+                self._pending.append((key, names))
+            return [n + ":0" for n in names]
+        return self._memo_get(("allreduce", ref), reserve)
+
+    # -- emission (once every op is emitted) ---------------------------------------------------
+    def _emit_collectives(self) -> None:
+        facts = FusionFacts(self.a)
+        requests = [facts.request(key[1], self.placement.of(key[1].op).devices) for key, _ in self._pending]
+        if self.sync_after_backward:
+            self._barrier = self._barrier_control(requests)
+        for members in assign_buckets(requests, self.fusion_bytes):
+            self._emit_bucket([self._pending[i] for i in members], requests[members[0]].level)
+        sums = [facts.request(key[1], self.placement.of(key[1].op).devices, key[2]) for key, _ in self._pending_sums]
+        for members in assign_buckets(sums, self.fusion_bytes):
+            self._emit_sum_bucket([self._pending_sums[i] for i in members], sums[members[0]].target)
+        self._pending, self._pending_sums = [], []
+        self._collectives_done = True
+
+    def _barrier_control(self, requests: Sequence[Any]) -> dict[tuple[int, int], list[str]]:
+        """Per (sync level, device): the ops producing that level's values to all-reduce there
+        (the native expander's `emit_collectives` barrier, line for line)."""
+        waits: dict[tuple[int, int], list[str]] = {}
+        for (key, _), request in zip(self._pending, requests):
+            if self._origin.get(key, "training") != "training":
+                continue       # only fetched outside the step (metrics, summaries): the planning graph has none
+            ref = key[1]
+            for j, d in enumerate(self.placement.of(ref.op).devices):
+                ops = waits.setdefault((request.level, d), [])
+                op = self.out(ref, j).split(":")[0]
+                if op not in ops:
+                    ops.append(op)
+        return waits
+
+    def _emit_bucket(self, members: list[tuple[tuple, list[str]]], level: int = 0) -> None:
+        """One collective per replica over the members' values; each member's reserved name ends
+        up holding its own reduced value (for several members: flatten, concat, reduce, split,
+        reshape)."""
+        self._buckets.append([key for key, _ in members])
+        first: TensorRef = members[0][0][1]
+        play = self.placement.of(first.op)
+        devs = play.devices
+        dtype = self._dtype(first)
+        use_nccl = all(self.devices.gpu[d] for d in devs) and len({self.devices.machine(d) for d in devs}) == 1
+        group_key = self._group_keys.setdefault(tuple(sorted(devs)), len(self._group_keys) + 1)
+        self._instance_key += 1
+        fused = len(members) > 1
+        for d in sorted(devs):
+            device = self.devices[d]
+            # Each member's instance on d (members may list the same devices in another order).
+            at = [self.placement.of(key[1].op).devices.index(d) for key, _ in members]
+            values = [self.out(key[1], j) for (key, _), j in zip(members, at)]
+            if fused:
+                base = f"tag/fused/b{self._instance_key}/d{d}"
+                value, name = self._pack(base, values, dtype, device), self.f.unique(f"{base}/sum")
+            else:
+                value, name = values[0], members[0][1][at[0]]
+            prev = self._last_collective.get(d)
+            control = ([prev] if prev else []) + self._barrier.pop((level, d), [])
+            if use_nccl:
+                self.f.nccl_all_reduce(name, value, dtype, device, num_devices=len(devs), control=control,
+                                       shared_name=f"tag_ar_{self._instance_key}", unique=False)
+            else:
+                self.f.collective_reduce(name, value, dtype, device, group_size=len(devs), group_key=group_key,
+                                         instance_key=self._instance_key, control=control, unique=False)
+            self._last_collective[d] = name
+            if fused:
+                self._unpack([(key[1], names[j]) for (key, names), j in zip(members, at)], name + ":0",
+                             dtype, device)
+
+    def _emit_sum_bucket(self, members: list[tuple[tuple, list[str]]], target: int) -> None:
+        """Members' replicas summed on `target`: each replica packs its pieces into one tensor (one
+        transfer per bucket instead of one per gradient), the packs are added and split back."""
+        refs = [key[1] for key, _ in members]
+        dtype = self._dtype(refs[0])
+        device = self.devices[target]
+        if len(members) == 1:
+            pieces = [self.out(refs[0], k) for k in range(self.placement.of(refs[0].op).size)]
+            self.f.add_n(members[0][1][0], pieces, dtype, device, unique=False)
+            return
+        self._sum_buckets.append([key for key, _ in members])
+        base = f"tag/fused_sum/{len(self._sum_buckets)}"
+        packs = []
+        for d in sorted(self.placement.of(refs[0].op).devices):
+            values = [self.out(r, self.placement.of(r.op).devices.index(d)) for r in refs]
+            packs.append(self._pack(f"{base}/d{d}", values, dtype, self.devices[d]))
+        total = self.f.add_n(f"{base}/sum", packs, dtype, device)
+        self._unpack(list(zip(refs, (names[0] for _, names in members))), total + ":0", dtype, device)
+
+    # -- a bucket as one flat tensor, and back -------------------------------------------------
+    def _pack(self, base: str, values: list[str], dtype: str, device: str) -> str:
+        """One flat tensor holding `values` (all on `device`) back to back."""
+        flat_shape = self._flat_shapes.get(device) or self._flat_shapes.setdefault(
+            device, self.f.const("tag/flat_shape", [-1], "int32", device))
+        flat = [self.f.node(f"{base}/flat", "Reshape", [v, flat_shape], device,
+                            T=("type", dtype), Tshape=("type", "int32")) for v in values]
+        return self.f.concat(f"{base}/pack", flat, 0, dtype, device) + ":0"
+
+    def _unpack(self, members: list[tuple[TensorRef, str]], packed: str, dtype: str, device: str) -> None:
+        """Split a reduced bucket back into its members, each under the name reserved for it."""
+        shapes = []
+        for ref, _ in members:
+            static = self.graph.tensor(ref).shape
+            assert static is not None, ref    # only fusable (statically shaped) tensors share a bucket
+            shapes.append(list(static))
+        sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
+        base = packed.split(":")[0]
+        parts = self.f.split_v(f"{base}/unpack", packed, self.f.const(f"{base}/sizes", sizes, "int32", device),
+                               0, len(members), dtype, device)
+        for i, ((_, name), shape) in enumerate(zip(members, shapes)):
+            self.f.node(name, "Reshape", [f"{parts}:{i}", self.f.const(f"{base}/shape", shape, "int32", device)],
+                        device, unique=False, T=("type", dtype), Tshape=("type", "int32"))
