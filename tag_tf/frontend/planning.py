@@ -16,13 +16,25 @@ import json
 import logging
 import os
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tag_tf.placement.layout import validated_duplicates
 from tag_tf.context import CACHE_ENV, default_cache_dir  # noqa: F401  (re-exported: the plan cache's root)
 from tag_tf.datafiles import write_atomic
 from tag_tf.errors import StrategyError
 from tag_tf.strategy import Strategy
+
+if TYPE_CHECKING:
+    from tag_tf.analysis import Analysis
+    from tag_tf.localmachine.model import LocalSimulator
+    from tag_tf.localmachine.runtime import LocalSetup
+    from tag_tf.profile.db import ProfileDB
+    from tag_tf.profile.stored import StoredCosts
+    from tag_tf.search.local_search import SearchResult
+    from tag_tf.search.mcts import MctsOptions, MctsResult
+    from tag_tf.search.sfb import SfbOutcome
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.spec import Topology
 
 log = logging.getLogger("tag_tf.planning")
 
@@ -63,7 +75,8 @@ DEFAULT_PATIENCE_S = 3.0
 SFB_SHARE = 0.2
 
 
-def simulator(analysis: Any, topology: Any, calibration: Any = "default", costs: Any = None) -> Any:
+def simulator(analysis: Analysis, topology: Topology, calibration: Any = "default",
+              costs: StoredCosts | None = None) -> Simulator:
     """The simulator plans are judged with: `calibration`'s physics, op times from `costs` (the
     profile database's StoredCosts: measured profiles, calibrated constants) where it has them."""
     from tag_tf.sim.simulator import Simulator
@@ -76,7 +89,7 @@ def simulator(analysis: Any, topology: Any, calibration: Any = "default", costs:
 LOCAL_CALIBRATION = "local"
 
 
-def local_setup(topology: Any) -> Any:
+def local_setup(topology: Topology) -> LocalSetup:
     """The local machine model's setup (`LocalSetup`) that `topology` describes, or StrategyError."""
     from tag_tf.localmachine.runtime import LocalSetup
 
@@ -87,8 +100,9 @@ def local_setup(topology: Any) -> Any:
     return LocalSetup(len(topology.machines), counts.pop())
 
 
-def local_machine_simulator(analysis: Any, topology: Any, model: str, build_kwargs: dict[str, Any],
-                            db: Any = None, *, use_db: bool = True) -> Any:
+def local_machine_simulator(analysis: Analysis, topology: Topology, model: str, build_kwargs: dict[str, Any],
+                            db: ProfileDB | str | os.PathLike[str] | None = None, *,
+                            use_db: bool = True) -> LocalSimulator:
     """The local machine model's simulator (`tag_tf.localmachine.model`) of a zoo model on this machine's
     CPUs: `topology` is local:N (one process) or cpu-PxN (P local server processes). Its op profile
     and machine measurements come from the profile database (measured now and stored the first
@@ -108,7 +122,8 @@ def local_machine_simulator(analysis: Any, topology: Any, model: str, build_kwar
                               model=lm.ZooModel.of(model, **kwargs))
 
 
-def stored_costs_for(analysis: Any, topology: Any, db: Any = None, rebuild: Callable[[int], str] | None = None) -> Any:
+def stored_costs_for(analysis: Analysis, topology: Topology, db: ProfileDB | str | os.PathLike[str] | None = None,
+                     rebuild: Callable[[int], str] | None = None) -> StoredCosts:
     """What the profile database `db` (default: $TAG_TF_CACHE_DIR/profiles) holds for this graph on
     this topology's device types; `rebuild(b)` is the program's fingerprint at batch size b."""
     from tag_tf.profile.db import ProfileDB
@@ -120,8 +135,8 @@ def stored_costs_for(analysis: Any, topology: Any, db: Any = None, rebuild: Call
     return stored_costs(db, device_types(topology), fingerprints, rebuild)
 
 
-def baseline(name: str, analysis: Any, topology: Any, budget_s: float | None = None,
-             calibration: Any = "default", costs: Any = None) -> Strategy:
+def baseline(name: str, analysis: Analysis, topology: Topology, budget_s: float | None = None,
+             calibration: Any = "default", costs: StoredCosts | None = None) -> Strategy:
     """The named baseline for this analysis on this topology, stamped with both ("heterog" is
     searched for `budget_s` seconds)."""
     from tag_tf.search import baselines
@@ -152,8 +167,8 @@ class Search:
     """A finished plan search: its result (an MctsResult or a local SearchResult, with SFB applied
     when asked), the SFB outcome, and what the whole search cost."""
 
-    result: Any
-    sfb: Any                     # SfbOutcome, or None without SFB
+    result: MctsResult | SearchResult
+    sfb: SfbOutcome | None       # None without SFB
     simulations: int
     seconds: float
 
@@ -162,7 +177,8 @@ class Search:
         return bool(self.result.found)
 
 
-def search(sim: Any, topology: Any, *, method: str = "mcts", options: Any = None, prior: str = "uniform",
+def search(sim: Simulator, topology: Topology, *, method: str = "mcts", options: MctsOptions | None = None,
+           prior: str = "uniform",
            weights: str | None = None, sfb: bool = True) -> Search:
     """The strategy creator, as `auto` and `tag-tf plan` both run it: MCTS (`options`: MctsOptions;
     its prior uniform until trained GNN weights ship) or the greedy local search ("local", for the
@@ -176,7 +192,7 @@ def search(sim: Any, topology: Any, *, method: str = "mcts", options: Any = None
     deadline = time.perf_counter() + options.budget_s
     if sfb:
         options = dataclasses.replace(options, budget_s=options.budget_s * (1.0 - SFB_SHARE))
-    result: Any                  # MctsResult | SearchResult: the fields both have are read below
+    result: MctsResult | SearchResult        # the fields both have are read below
     if method == "mcts":
         result = mcts_search(sim, topology, options, prior=prior, weights=weights)
         simulations, seconds = result.simulations, result.seconds
@@ -197,8 +213,8 @@ def search(sim: Any, topology: Any, *, method: str = "mcts", options: Any = None
     return Search(result, outcome, simulations, seconds)
 
 
-def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None, calibration: Any = "default",
-                costs: Any = None, sfb: bool = True, sim: Any = None) -> Strategy:
+def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None = None, calibration: Any = "default",
+                costs: StoredCosts | None = None, sfb: bool = True, sim: Simulator | None = None) -> Strategy:
     """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds:
     the strategy creator's MCTS (uniform prior until trained GNN weights ship), polished by the local
     search's moves, then (`sfb`) sufficient factor broadcasting where it simulates faster; never
@@ -225,7 +241,7 @@ def choose_auto(analysis: Any, topology: Any, budget_s: float | None = None, cal
     return stamped(result.strategy, analysis, topology)
 
 
-def stamped(strategy: Strategy, analysis: Any, topology: Any, name: str = "auto") -> Strategy:
+def stamped(strategy: Strategy, analysis: Analysis, topology: Topology, name: str = "auto") -> Strategy:
     """`strategy` named as the plan of `analysis` on `topology` (what the plan cache stores)."""
     return dataclasses.replace(strategy, name=name, graph=analysis.graph.fingerprint, topology=topology.fingerprint)
 
@@ -261,10 +277,10 @@ def _given(request: Any) -> Strategy:
     return Strategy.load(os.fspath(request))
 
 
-def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cache_dir: str | None = None,
+def resolve_strategy(analysis: Analysis, topology: Topology, request: Any = "auto", *, cache_dir: str | None = None,
                      budget_s: float | None = None,
-                     planner: Callable[[Any, Any, str, float | None], Strategy] | None = None,
-                     calibration: Any = "default", costs: Any = None, sfb: bool = True) -> Plan:
+                     planner: Callable[[Analysis, Topology, str, float | None], Strategy] | None = None,
+                     calibration: Any = "default", costs: StoredCosts | None = None, sfb: bool = True) -> Plan:
     """The strategy to compile `analysis` with on `topology`.
 
     `planner(analysis, topology, request, budget_s)` plans the PLANNED requests (default: `plan`,
@@ -300,15 +316,15 @@ def resolve_strategy(analysis: Any, topology: Any, request: Any = "auto", *, cac
     return Plan(strategy, key, cache_hit=False, cache_path=path, seconds=seconds)
 
 
-def plan(analysis: Any, topology: Any, request: str, budget_s: float | None, calibration: Any = "default",
-         costs: Any = None, sfb: bool = True) -> Strategy:
+def plan(analysis: Analysis, topology: Topology, request: str, budget_s: float | None, calibration: Any = "default",
+         costs: StoredCosts | None = None, sfb: bool = True) -> Strategy:
     """Plan a strategy for a PLANNED request (the hook the real search plugs into via choose_auto)."""
     if request == "auto":
         return choose_auto(analysis, topology, budget_s, calibration, costs, sfb)
     return baseline(request, analysis, topology, budget_s, calibration, costs)
 
 
-def _calibration_key(calibration: Any, topology: Any) -> str:
+def _calibration_key(calibration: Any, topology: Topology) -> str:
     """The physics a plan was judged with (a refitted shipped calibration is other physics too)."""
     from tag_tf.sim.calibration import resolve
 
@@ -324,7 +340,7 @@ def _calibration_key(calibration: Any, topology: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def grouping_digest(analysis: Any) -> str:
+def grouping_digest(analysis: Analysis) -> str:
     """Which op is in which group: a plan is per group, so a plan made for other groups is another plan."""
     pairs = sorted(analysis.grouping.group_of.items())
     return hashlib.sha256(json.dumps(pairs, separators=(",", ":")).encode()).hexdigest()[:16]
@@ -336,8 +352,8 @@ class PlanCache:
     def __init__(self, root: str | None = None):
         self.root = os.path.join(root or default_cache_dir(), "plans")
 
-    def path_for(self, analysis: Any, topology: Any, request: str, *, calibration: Any = "default",
-                 costs: Any = None, sfb: bool = True) -> str:
+    def path_for(self, analysis: Analysis, topology: Topology, request: str, *, calibration: Any = "default",
+                 costs: StoredCosts | None = None, sfb: bool = True) -> str:
         """Where the plan of a PLANNED `request` for `analysis` on `topology` lives: a plan made under
         other physics (calibration values, measured op times) or without SFB is another plan."""
         physics = f"+cal:{_calibration_key(calibration, topology)}"

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -48,6 +48,16 @@ from tag_tf.localmachine.probes import (fit_line, measure_collectives, measure_c
 from tag_tf.localmachine.runtime import (RUNTIME_ENV, RUNTIME_TAG, THREADS, LocalSetup, SetupRunner, configure_runtime,
                                       local_servers, session_config)
 from tag_tf.sim.simulator import SimReport, Simulator, training_costs
+
+if TYPE_CHECKING:
+    from tag_tf.analysis import Analysis
+    from tag_tf.ir.graph import Graph
+    from tag_tf.profile.comm import CommModel
+    from tag_tf.profile.costs import OpCosts
+    from tag_tf.profile.db import ProfileDB
+    from tag_tf.profile.op_profile import OpProfile
+    from tag_tf.strategy import Strategy
+    from tag_tf.topology.spec import Topology
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +86,14 @@ class LocalMachine:
     host_message_s: float = 0.0             # executor time per cross-process transfer (0 in one process)
     info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
-    def comm_model(self, topology: Any) -> Any:
+    def comm_model(self, topology: Topology) -> CommModel:
         from tag_tf.profile.comm import CommModel
 
-        p2p = {k: SegmentedLinear.fit(*zip(*v), max_segments=3) for k, v in self.p2p.items() if v}
-        ar = {k: SegmentedLinear.fit(*zip(*v), max_segments=3) for k, v in self.allreduce.items() if v}
+        p2p = {k: _fit_samples(v) for k, v in self.p2p.items() if v}
+        ar = {k: _fit_samples(v) for k, v in self.allreduce.items() if v}
         return CommModel(topology, p2p, ar, host_message_s=self.host_message_s)
 
-    def topology(self) -> Any:
+    def topology(self) -> Topology:
         """The setup's topology with the "cpu" device type replaced by this machine's measured one
         (custom types take precedence over GPU_TYPES; only conversion costs read these numbers)."""
         from tag_tf.topology.gpus import GPU_TYPES, GpuType
@@ -118,6 +128,12 @@ class LocalMachine:
                    float(d["conversion_launch_s"]), float(d["conversion_bandwidth"]),
                    float(d["step_fixed_s"]), float(d["step_per_feed_byte_s"]), float(d["single_step_fixed_s"]),
                    float(d["single_step_per_feed_byte_s"]), float(d["host_message_s"]), dict(d.get("info", {})))
+
+
+def _fit_samples(samples: Sequence[Sequence[float]]) -> SegmentedLinear:
+    """The three-segment fit of (bytes, seconds) samples."""
+    nbytes, seconds = zip(*samples)
+    return SegmentedLinear.fit(nbytes, seconds, max_segments=3)
 
 
 MACHINE_MODEL_VERSION = 2      # part of the ProfileDB key: bump when LocalMachine gains a measurement
@@ -170,7 +186,7 @@ def _measure(setup: LocalSetup, runner: SetupRunner, sizes: Sequence[int], repea
                          "measure_s": round(time.perf_counter() - t0, 1), "repeats": repeats})
 
 
-def local_machine(setup: LocalSetup, db: Any = None, *, refresh: bool = False, **measure_kw: Any) -> LocalMachine:
+def local_machine(setup: LocalSetup, db: ProfileDB | None = None, *, refresh: bool = False, **measure_kw: Any) -> LocalMachine:
     """The setup's LocalMachine from the ProfileDB, or measured now (and stored)."""
     key = _db_key(setup)
     if db is not None and not refresh:
@@ -202,9 +218,9 @@ class ZooModel:
         return cls(name, tuple(sorted(kwargs.items())))
 
 
-def local_profile(analysis: Any, model: ZooModel | None, db: Any = None, *,
+def local_profile(analysis: Analysis, model: ZooModel | None, db: ProfileDB | None = None, *,
                   batch_sizes: Sequence[int] = PROFILE_BATCH_SIZES, repeats: int = 7,
-                  refresh: bool = False) -> Any:
+                  refresh: bool = False) -> OpProfile:
     """The graph's OpProfile on this CPU with the local threads: from the ProfileDB (keyed by the
     analysed graph's fingerprint and device type DEVICE_TYPE_KEY), or measured with `profile_model`
     (single device, full tracing, `repeats` traced steps per batch size) and stored."""
@@ -231,7 +247,7 @@ def local_profile(analysis: Any, model: ZooModel | None, db: Any = None, *,
     return prof
 
 
-def executor_overhead(profile: Any, machine: LocalMachine, feed_bytes: Mapping[int, float]) -> float:
+def executor_overhead(profile: OpProfile, machine: LocalMachine, feed_bytes: Mapping[int, float]) -> float:
     """Seconds to add to every profiled op so that the fitted single-device step adds up to the
     untraced one: median over profiled batch sizes of (wall step - per-step overhead - sum of fitted
     op times) / ops. Positive: the executor's dispatch between ops; negative: tracing inflated the
@@ -245,7 +261,7 @@ def executor_overhead(profile: Any, machine: LocalMachine, feed_bytes: Mapping[i
     return float(np.median(per_op))
 
 
-def feed_bytes_of(graph: Any) -> float:
+def feed_bytes_of(graph: Graph) -> float:
     """Bytes fed per step (the batch inputs at the graph's batch size)."""
     total = 0
     for name in graph.meta.feeds:
@@ -253,7 +269,7 @@ def feed_bytes_of(graph: Any) -> float:
     return float(total)
 
 
-def corrected_costs(analysis: Any, profile: Any, per_op_s: float) -> Any:
+def corrected_costs(analysis: Analysis, profile: OpProfile, per_op_s: float) -> OpCosts:
     """Training op costs from the profile, each profiled op's fixed time shifted by `per_op_s`
     (clipped at 0)."""
     costs = training_costs(analysis, ("cpu",), profile)
@@ -271,7 +287,7 @@ class LocalSimulator(Simulator):
     """A Simulator whose reports add the per-step cost of a session.run: iteration_time_s is the
     predicted wall time of one training step on the local setup."""
 
-    def __init__(self, analysis: Any, machine: LocalMachine, profile: Any, per_op_s: float):
+    def __init__(self, analysis: Analysis, machine: LocalMachine, profile: OpProfile, per_op_s: float):
         topology = machine.topology()
         costs = corrected_costs(analysis, profile, per_op_s)
         super().__init__(analysis, topology, costs=costs, comm=machine.comm_model(topology))
@@ -280,13 +296,13 @@ class LocalSimulator(Simulator):
         self.per_op_s = per_op_s
         self.step_overhead_s = machine.step_overhead(feed_bytes_of(analysis.graph_b1))
 
-    def simulate(self, strategy: Any, *, detail: bool = False) -> SimReport:
+    def simulate(self, strategy: Strategy, *, detail: bool = False) -> SimReport:
         report = super().simulate(strategy, detail=detail)
         return dataclasses.replace(report, iteration_time_s=report.iteration_time_s + self.step_overhead_s)
 
 
-def local_simulator(analysis: Any, num_devices: int, processes: int = 1, *, db: Any = None,
-                    model: ZooModel | None = None, profile: Any = None, machine: LocalMachine | None = None,
+def local_simulator(analysis: Analysis, num_devices: int, processes: int = 1, *, db: ProfileDB | None = None,
+                    model: ZooModel | None = None, profile: OpProfile | None = None, machine: LocalMachine | None = None,
                     refresh: bool = False, profile_repeats: int = 7, comm_repeats: int = 7) -> LocalSimulator:
     """A simulator of `analysis` on this machine: `num_devices` virtual CPU devices spread evenly
     over `processes` local TensorFlow processes. The op profile and the machine measurements come
@@ -303,7 +319,7 @@ def local_simulator(analysis: Any, num_devices: int, processes: int = 1, *, db: 
     return LocalSimulator(analysis, machine, profile, per_op)
 
 
-def _profile_feed_bytes(analysis: Any, profile: Any) -> dict[int, float]:
+def _profile_feed_bytes(analysis: Analysis, profile: OpProfile) -> dict[int, float]:
     """Fed bytes at each profiled batch size (the analysed graph's feed scaled by batch)."""
     per_sample = feed_bytes_of(analysis.graph_b1) / analysis.batch_size
     return {b: per_sample * b for b in profile.batch_sizes}

@@ -205,7 +205,7 @@ def fit_line(samples: Sequence[tuple[float, float]]) -> tuple[float, float]:
     x = np.array([s[0] for s in samples], dtype=np.float64)
     y = np.array([s[1] for s in samples], dtype=np.float64)
     if len(x) < 2 or np.ptp(x) == 0:
-        return float(max(np.mean(y), 0.0)), 0.0
+        return max(float(np.mean(y)), 0.0), 0.0
     slope, intercept = np.polyfit(x, y, 1)
     if intercept < 0:
         return 0.0, float(max(np.sum(x * y) / np.sum(x * x), 0.0))

@@ -30,9 +30,12 @@ import dataclasses
 import logging
 import os
 import sys
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from tag_tf.errors import ProfileError
+
+if TYPE_CHECKING:
+    from tag_tf.topology.spec import Topology
 
 log = logging.getLogger(__name__)
 
@@ -89,18 +92,12 @@ def local_servers(processes: int, devices_per_process: int) -> Iterator[Any]:
 def session_config(num_cpus: int = 1, *, leader: str | None = None, timeout_ms: int = TIMEOUT_MS) -> Any:
     """ConfigProto of the local model's sessions: `num_cpus` virtual CPU devices, THREADS threads,
     every op as written (no Grappler, folding or CSE: the profiler's setting), an operation
-    timeout, and the collective group leader for cluster sessions."""
-    import tensorflow as tf
-    from tag_tf.runtime.sessions import keep_as_written
+    timeout, and the collective group leader for cluster sessions (`tag_tf.runtime.sessions.session_config`
+    with these settings)."""
+    from tag_tf.runtime.sessions import session_config as runtime_session_config
 
-    cfg = tf.compat.v1.ConfigProto(device_count={"CPU": num_cpus}, allow_soft_placement=True,
-                                   inter_op_parallelism_threads=THREADS,
-                                   intra_op_parallelism_threads=THREADS,
-                                   operation_timeout_in_ms=timeout_ms)
-    keep_as_written(cfg)
-    if leader:
-        cfg.experimental.collective_group_leader = leader
-    return cfg
+    return runtime_session_config(num_cpus, timeout_ms=timeout_ms, collective_leader=leader,
+                                  inter_op_threads=THREADS, intra_op_threads=THREADS, as_written=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,7 +122,7 @@ class LocalSetup:
     def name(self) -> str:
         return f"{self.processes}proc-{self.devices_per_process}cpu"
 
-    def topology(self) -> Any:
+    def topology(self) -> Topology:
         """The simulator's topology: `local:N` (one process) or `cpu_topology(P, n)`."""
         if self.processes == 1:
             from tag_tf.topology.load import load_topology

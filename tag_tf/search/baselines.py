@@ -4,12 +4,15 @@ points). HeteroG's searched baseline lives in tag_tf/search/heterog.py."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from tag_tf.placement.fusion import HOROVOD_FUSION_BYTES
 from tag_tf.strategy import GroupPlan, Option, Strategy
+
+if TYPE_CHECKING:
+    from tag_tf.topology.spec import Topology
 
 # Caps a random strategy draws from (None: one collective per tensor); also the caps the planner
 # tries when it picks a latency-aware bucket size.
@@ -60,7 +63,7 @@ def random_strategy(num_groups: int, num_devices: int, rng: np.random.Generator,
     return Strategy(tuple(groups), shares, name="random", fusion_bytes=fusion, **kw)
 
 
-def device_capacities(topology) -> list[float]:
+def device_capacities(topology: Topology) -> list[float]:
     """Compute capacity of each device: its type's peak FLOP/s (equal for identical devices)."""
     return [float(topology.gpu_type(d.type).peak_flops) for d in topology.devices]
 
@@ -68,7 +71,7 @@ def device_capacities(topology) -> list[float]:
 BASELINES = ("dp", "dp-p", "horovod", "horovod-p")   # fixed rules; "heterog" is searched
 
 
-def baseline(name: str, num_groups: int, topology, **kw) -> Strategy:
+def baseline(name: str, num_groups: int, topology: Topology, **kw) -> Strategy:
     """A named fixed baseline for a topology: "dp" (DP-NCCL), "dp-p" (DP-NCCL-P), "horovod" or
     "horovod-p"."""
     if name == "dp":

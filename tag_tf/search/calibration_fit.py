@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from tag_tf.errors import TagError
 from tag_tf.sim.calibration import Calibration, parameter_of
+
+if TYPE_CHECKING:
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.strategy import Strategy
 
 PRIOR_WEIGHT = 0.05
 MAX_ITERATIONS = 40
@@ -37,8 +41,8 @@ STRAGGLER_START = 0.15     # compute_eff a straggler start gives its GPU type
 @dataclasses.dataclass(frozen=True)
 class Case:
     label: str             # e.g. "testbed/dp/vgg19"
-    sim: Any               # Simulator with nominal physics (calibration=None)
-    strategy: Any          # tag_tf.strategy.Strategy
+    sim: Simulator         # with nominal physics (calibration=None)
+    strategy: Strategy
     seconds: float         # measured
 
 

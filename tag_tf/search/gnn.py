@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import numpy as np
 import torch
@@ -31,6 +31,10 @@ from torch_geometric.data import HeteroData
 from torch_geometric.nn import GATv2Conv
 
 from tag_tf.strategy import GroupPlan, Option
+
+if TYPE_CHECKING:
+    from tag_tf.sim.simulator import SimReport, Simulator
+    from tag_tf.topology.spec import Topology
 
 WIDTH = 64
 HEADS = 4
@@ -62,7 +66,7 @@ class StrategyGNN(nn.Module):
 
     def embed(self, data: HeteroData) -> dict[str, torch.Tensor]:
         h = {t: torch.relu(self.encode[t](data[t].x)) for t in ("op", "dev")}
-        for convs, norms in zip(self.layers, self.norms):
+        for convs, norms in zip(cast("list[nn.ModuleDict]", self.layers), cast("list[nn.ModuleDict]", self.norms)):
             out = {t: torch.zeros_like(h[t]) for t in h}
             for et in EDGE_TYPES:
                 store = data[et]
@@ -92,7 +96,7 @@ class GraphFeatures:
     """The static parts of the heterogeneous graph of one analysis on one topology, built once per
     search; `data(prefix, leaf_report)` adds the decisions and the runtime feedback."""
 
-    def __init__(self, sim: Any, topology: Any, actions: Sequence[GroupPlan], order: Sequence[int]):
+    def __init__(self, sim: Simulator, topology: Topology, actions: Sequence[GroupPlan], order: Sequence[int]):
         self.topology = topology
         self.actions = list(actions)
         self.order = list(order)
@@ -135,7 +139,7 @@ class GraphFeatures:
         self.action_mask = torch.as_tensor(mask, dtype=torch.float32)
         self.action_option = torch.as_tensor(option, dtype=torch.float32)
 
-    def data(self, prefix: Sequence[int], report: Any = None) -> HeteroData:
+    def data(self, prefix: Sequence[int], report: SimReport | None = None) -> HeteroData:
         n, ndev = self.num_groups, len(self.topology.groups)
         total = max(self.compute.sum(), 1e-12)
         x = np.zeros((n, OP_FEATURES))
@@ -191,7 +195,7 @@ class GnnPrior:
         self.model = model.eval()
         self.features = features
 
-    def __call__(self, prefix: tuple[int, ...], group: int, leaf_report: Any) -> np.ndarray:
+    def __call__(self, prefix: tuple[int, ...], group: int, leaf_report: SimReport | None) -> np.ndarray:
         with torch.no_grad():
             logp = self.model(self.features.data(prefix, leaf_report), group, self.features.action_mask,
                               self.features.action_option)
@@ -276,11 +280,11 @@ def untrained(seed: int = 0) -> StrategyGNN:
         return StrategyGNN()
 
 
-def _bandwidth(topology: Any, a: int, b: int) -> float:
+def _bandwidth(topology: Topology, a: int, b: int) -> float:
     return float(topology.bandwidth(a, b))
 
 
-def _intra_bandwidth(topology: Any, devices: Sequence[int]) -> float:
+def _intra_bandwidth(topology: Topology, devices: Sequence[int]) -> float:
     return _bandwidth(topology, devices[0], devices[1]) if len(devices) > 1 else 0.0
 
 

@@ -24,13 +24,17 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from tag_tf.search.gnn import GnnPrior, GraphFeatures, StrategyGNN, save_weights, untrained
 from tag_tf.search.mcts import MctsOptions, VisitRecord, candidate_actions, decision_order, mcts_search
+
+if TYPE_CHECKING:
+    from tag_tf.analysis import Analysis
+    from tag_tf.sim.simulator import SimReport
 
 PAPER_MODELS = ("vgg19", "resnet101", "inceptionv3", "transformer", "bert-small", "bert-large")
 SMALL_MODELS = ("mlp", "cnn")
@@ -72,7 +76,7 @@ class Sample:
     features: GraphFeatures
     prefix: tuple[int, ...]
     group: int
-    report: Any
+    report: SimReport | None
     target: np.ndarray
 
 
@@ -116,7 +120,7 @@ class Trainer:
         self.searches = 0
         self.samples_seen = 0
         self.buffer: list[Sample] = []
-        self._analyses: dict[str, Any] = {}
+        self._analyses: dict[str, Analysis] = {}
         self._resume()
 
     # -- state --------------------------------------------------------------------------------
@@ -150,7 +154,7 @@ class Trainer:
         os.replace(self._path("checkpoint.json.tmp"), self._path("checkpoint.json"))
 
     # -- data ---------------------------------------------------------------------------------
-    def analysis(self, model: str) -> Any:
+    def analysis(self, model: str) -> Analysis:
         if model not in self._analyses:
             self._analyses[model] = zoo_analysis(model, self.o.tiny)
         return self._analyses[model]
@@ -223,7 +227,7 @@ class Trainer:
         return meta
 
 
-def zoo_analysis(model: str, tiny: bool = False) -> Any:
+def zoo_analysis(model: str, tiny: bool = False) -> Analysis:
     """The analysis of a zoo model at its default batch size (dropout off: searches compare plans)."""
     from tag_tf.analysis import analyze
     from tag_tf.context import PassContext
@@ -231,7 +235,8 @@ def zoo_analysis(model: str, tiny: bool = False) -> Any:
     from tag_tf.profile.weights import reference_weights
 
     def build(batch: int | None = None) -> Any:
-        return build_model(model, tiny=tiny, dropout=0.0, **({} if batch is None else {"batch_size": batch}))
+        sized: dict[str, Any] = {} if batch is None else {"batch_size": batch}
+        return build_model(model, tiny=tiny, dropout=0.0, **sized)
     built = build()
     return analyze(PassContext(), built.ir(), rebuild=lambda b: build(b).ir(), batch_size=built.batch_size,
                    weight_fn=reference_weights)

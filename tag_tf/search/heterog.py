@@ -8,11 +8,15 @@ compute order, starting from the best fixed baseline; gradients keep that baseli
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tag_tf.search.baselines import BASELINES, baseline
 from tag_tf.search.moves import Deadline, Evaluator, improve
 from tag_tf.strategy import GroupPlan, Option, Strategy
+
+if TYPE_CHECKING:
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.spec import Topology
 
 
 def heterog_candidates(num_devices: int) -> list[GroupPlan]:
@@ -24,7 +28,7 @@ def heterog_candidates(num_devices: int) -> list[GroupPlan]:
     return plans
 
 
-def heterog_search(cost: Evaluator, topology: Any, start: Strategy, start_time: float,
+def heterog_search(cost: Evaluator, topology: Topology, start: Strategy, start_time: float,
                    deadline: Deadline, *, progress: bool = False) -> tuple[Strategy, float]:
     """Improve `start` (simulated at `start_time`) within HeteroG's decision space."""
     sim = cost.sim
@@ -33,12 +37,12 @@ def heterog_search(cost: Evaluator, topology: Any, start: Strategy, start_time: 
     return dataclasses.replace(strategy, name="heterog"), t
 
 
-def heterog(sim: Any, topology: Any, budget_s: float = 10.0) -> Strategy:
+def heterog(sim: Simulator, topology: Topology, budget_s: float = 10.0) -> Strategy:
     """The HeteroG baseline strategy for `sim`'s graph on `topology` (searched for `budget_s`)."""
     cost = Evaluator(sim)
     starts = {name: baseline(name, sim.num_groups, topology) for name in BASELINES}
     times = {name: cost(s) for name, s in starts.items()}
-    best = min(times, key=times.get)
+    best = min(times, key=times.__getitem__)
     strategy, _ = heterog_search(cost, topology, starts[best], times[best], Deadline.after(budget_s))
     return strategy
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -24,6 +24,11 @@ from tag_tf.search.moves import (Deadline, Evaluator, candidate_device_sets, cou
                                  tune_fusion)
 from tag_tf.search.outcome import BaselineComparison
 from tag_tf.strategy import GroupPlan, Option, Strategy
+
+if TYPE_CHECKING:
+    from tag_tf.analysis.grouping import OpGroup
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.spec import Topology
 
 NOTHING_FITS = "every strategy tried runs out of device memory or has fewer samples than replicas"
 HETEROG_SHARE = 0.4     # of the budget, for the HeteroG baseline's search (its result seeds ours)
@@ -39,7 +44,7 @@ class SearchResult(BaselineComparison):
     improved_groups: int
 
 
-def local_search(sim: Any, topology: Any, *, budget_s: float = 30.0, max_passes: int = 3,
+def local_search(sim: Simulator, topology: Topology, *, budget_s: float = 30.0, max_passes: int = 3,
                  blocks: bool = True, progress: bool = False) -> SearchResult:
     """The best plan found within `budget_s` seconds (`blocks`: also move coupled groups together)."""
     start_time = time.perf_counter()
@@ -47,7 +52,7 @@ def local_search(sim: Any, topology: Any, *, budget_s: float = 30.0, max_passes:
     cost = Evaluator(sim)
     fixed = {name: baseline(name, n_groups, topology) for name in BASELINES}
     times = {name: cost(s) for name, s in fixed.items()}
-    first = min(times, key=times.get)
+    first = min(times, key=times.__getitem__)
     if np.isfinite(times[first]):
         found, times["heterog"] = heterog_search(cost, topology, fixed[first], times[first],
                                                  Deadline(start_time + HETEROG_SHARE * budget_s), progress=progress)
@@ -55,7 +60,7 @@ def local_search(sim: Any, topology: Any, *, budget_s: float = 30.0, max_passes:
     else:
         times["heterog"] = float("inf")
         starts = fixed
-    best_name = min(times, key=times.get)
+    best_name = min(times, key=times.__getitem__)
     current, best = starts[best_name], times[best_name]
     if current.sync_after_backward:
         # Our plans overlap synchronisation with the backward pass (DP-NCCL's barrier is its own).
@@ -86,7 +91,7 @@ def local_search(sim: Any, topology: Any, *, budget_s: float = 30.0, max_passes:
     return SearchResult(strategy, best, times, cost.evaluations, time.perf_counter() - start_time, len(improved))
 
 
-def describe(strategy: Strategy, topology: Any, groups: Sequence[Any]) -> list[dict[str, Any]]:
+def describe(strategy: Strategy, topology: Topology, groups: Sequence[OpGroup]) -> list[dict[str, Any]]:
     """A readable per-group summary: devices by GPU type, option, compute share."""
     total = sum(g.compute for g in groups) or 1.0
     rows = []

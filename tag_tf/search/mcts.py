@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -36,6 +36,11 @@ from tag_tf.search.outcome import BaselineComparison
 from tag_tf.search.refine import refine
 from tag_tf.search.shares import ShareSolver
 from tag_tf.strategy import GroupPlan, Option, Strategy
+
+if TYPE_CHECKING:
+    from tag_tf.analysis import Analysis
+    from tag_tf.sim.simulator import SimReport, Simulator
+    from tag_tf.topology.spec import Topology
 
 C_PUCT = 1.5
 OOM_REWARD = -1.0
@@ -60,7 +65,7 @@ class MctsOptions:
     patience_s: float | None = None
 
 
-def candidate_actions(topology: Any) -> list[GroupPlan]:
+def candidate_actions(topology: Topology) -> list[GroupPlan]:
     """Device sets (all devices, the k fastest GPU types, each device group) x options; one device
     takes only AllReduce (options coincide there)."""
     actions = []
@@ -119,11 +124,11 @@ class VisitRecord:
     the paper's target softmax(ln N) is visits / visits.sum()."""
     prefix: tuple[int, ...]
     group: int                    # the group decided next
-    report: Any                   # SimReport of the prefix's leaf plan (None at the root)
+    report: SimReport | None      # of the prefix's leaf plan (None at the root)
     visits: np.ndarray
 
 
-def decision_order(analysis: Any) -> list[int]:
+def decision_order(analysis: Analysis) -> list[int]:
     """The order MCTS decides groups in: descending compute (the first decided fills the rest)."""
     return [int(g) for g in np.argsort([-g.compute for g in analysis.grouping.groups], kind="stable")]
 
@@ -131,7 +136,7 @@ def decision_order(analysis: Any) -> list[int]:
 PRIORS = ("uniform", "gnn")
 
 
-def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *,
+def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsOptions(), *,
                 prior: str | PriorFn = "uniform", weights: str | None = None,
                 record: list[VisitRecord] | None = None) -> MctsResult:
     """Plan `sim`'s graph on `topology` by MCTS (see the module doc). `prior` is "uniform", "gnn"
@@ -148,7 +153,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
     n_groups = sim.num_groups
     fixed = {name: baseline(name, n_groups, topology) for name in BASELINES}
     times = {name: cost(s) for name, s in fixed.items()}
-    first = min(times, key=times.get)
+    first = min(times, key=times.__getitem__)
     if np.isfinite(times[first]) and options.heterog:
         # HeteroG's decision space, searched from the best fixed baseline: a baseline to beat too.
         found, times["heterog"] = heterog_search(cost, topology, fixed[first], times[first],
@@ -157,7 +162,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
         fixed["heterog"] = found
     else:
         times["heterog"] = math.inf
-    best_name = min(times, key=times.get)
+    best_name = min(times, key=times.__getitem__)
     reference = times[best_name]
     dp_time = times["dp"]
     actions = candidate_actions(topology)
@@ -168,19 +173,22 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
     template = dataclasses.replace(fixed["horovod-p"], name="mcts", shares=shares)
     uniform = np.full(len(actions), 1.0 / len(actions))
     prior_name = prior if isinstance(prior, str) else getattr(prior, "name", "custom")
+    prior_fn: PriorFn | None
     if prior == "uniform":
-        prior = None
+        prior_fn = None
     elif prior == "gnn":
         from tag_tf.search.gnn import GnnPrior, GraphFeatures, default_network
 
-        prior = GnnPrior(default_network(weights, options.seed), GraphFeatures(sim, topology, actions, order))
+        prior_fn = GnnPrior(default_network(weights, options.seed), GraphFeatures(sim, topology, actions, order))
     elif isinstance(prior, str):
         raise ValueError(f"unknown MCTS prior {prior!r} (expected one of {', '.join(PRIORS)})")
+    else:
+        prior_fn = prior
 
-    def prior_of(prefix: tuple[int, ...], leaf: Any) -> np.ndarray:
-        if prior is None or len(prefix) >= n_groups:
+    def prior_of(prefix: tuple[int, ...], leaf: SimReport | None) -> np.ndarray:
+        if prior_fn is None or len(prefix) >= n_groups:
             return uniform
-        p = np.asarray(prior(prefix, order[len(prefix)], leaf), dtype=np.float64)
+        p = np.asarray(prior_fn(prefix, order[len(prefix)], leaf), dtype=np.float64)
         if p.shape != uniform.shape or not np.all(np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
             raise ValueError(f"MCTS prior: expected {len(actions)} finite non-negative scores, got shape {p.shape}")
         return p / p.sum()
@@ -193,9 +201,9 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
         return dataclasses.replace(template, groups=tuple(groups))
 
     simulated: dict[tuple[GroupPlan, ...], float] = {}
-    reports: dict[tuple[GroupPlan, ...], Any] = {}     # kept for the prior's feedback features
+    reports: dict[tuple[GroupPlan, ...], SimReport] = {}     # kept for the prior's feedback features
 
-    def evaluate(prefix: tuple[int, ...]) -> tuple[float, Strategy, Any, bool]:
+    def evaluate(prefix: tuple[int, ...]) -> tuple[float, Strategy, SimReport | None, bool]:
         """Simulated time, plan, the report of prefix's leaf plan (None when it does not run) and
         whether it was simulated now."""
         plan = plan_of(prefix)
@@ -204,7 +212,7 @@ def mcts_search(sim: Any, topology: Any, options: MctsOptions = MctsOptions(), *
         if new:
             report = cost.report(plan)
             simulated[key] = math.inf if report is None or report.oom else report.iteration_time_s
-            if (prior is not None or record is not None) and report is not None:
+            if (prior_fn is not None or record is not None) and report is not None:
                 reports[key] = report
         return simulated[key], plan, reports.get(key), new
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -17,13 +17,17 @@ from tag_tf.errors import StrategyError
 from tag_tf.search.baselines import FUSION_CHOICES, device_capacities
 from tag_tf.strategy import GroupPlan, Strategy
 
+if TYPE_CHECKING:
+    from tag_tf.sim.simulator import SimReport, Simulator
+    from tag_tf.topology.spec import Topology
+
 log = logging.getLogger("tag_tf.search")
 
 
 class Evaluator:
     """Simulated iteration time of strategies, counting simulations; inf when a strategy cannot run."""
 
-    def __init__(self, sim: Any):
+    def __init__(self, sim: Simulator):
         self.sim = sim
         self.evaluations = 0
         self.unsimulatable = 0         # candidates the native expander could not order (see below)
@@ -32,7 +36,7 @@ class Evaluator:
         report = self.report(strategy)
         return float("inf") if report is None or report.oom else report.iteration_time_s
 
-    def report(self, strategy: Strategy) -> Any:
+    def report(self, strategy: Strategy) -> SimReport | None:
         """The simulation report, or None when the strategy cannot run (see __call__)."""
         self.evaluations += 1
         try:
@@ -69,7 +73,7 @@ class Deadline:
             raise OutOfTime
 
 
-def candidate_device_sets(topology: Any) -> list[tuple[int, ...]]:
+def candidate_device_sets(topology: Topology) -> list[tuple[int, ...]]:
     """All devices; the devices of the k fastest GPU types for each k; each machine's group."""
     caps = device_capacities(topology)
     speeds = sorted({c for c in caps}, reverse=True)

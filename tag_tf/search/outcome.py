@@ -21,7 +21,7 @@ class BaselineComparison:
     @property
     def best_baseline(self) -> str | None:
         """The fastest baseline that runs, or None."""
-        name = min(self.baselines, key=self.baselines.get)
+        name = min(self.baselines, key=self.baselines.__getitem__)
         return name if np.isfinite(self.baselines[name]) else None
 
     def speedup_over(self, name: str) -> float | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -20,12 +20,16 @@ from tag_tf.placement.layout import mp_partition
 from tag_tf.search.moves import Deadline, Evaluator, improve
 from tag_tf.strategy import GroupPlan, Strategy
 
+if TYPE_CHECKING:
+    from tag_tf.analysis import Analysis
+    from tag_tf.sim.simulator import Simulator
+
 MAX_SPLITS = 4            # groups split per round
 ROUNDS = 3                # rounds of splitting (each on the groups the last one left)
 DOMINANT = 1.5            # a group dominates when its compute (or parameter bytes) exceed this x the mean
 
 
-def dominant_groups(analysis: Any, limit: int = MAX_SPLITS) -> list[int]:
+def dominant_groups(analysis: Analysis, limit: int = MAX_SPLITS) -> list[int]:
     """The groups whose compute or parameter bytes exceed DOMINANT x the mean, heaviest first
     (only groups of at least two planned ops can be split)."""
     groups = analysis.grouping.groups
@@ -36,15 +40,15 @@ def dominant_groups(analysis: Any, limit: int = MAX_SPLITS) -> list[int]:
     return [int(g) for g in order if score[g] > DOMINANT and len(groups[g].ops) > 1][:limit]
 
 
-def split_groups(analysis: Any, strategy: Strategy, groups: Sequence[int]) -> tuple[np.ndarray, Strategy]:
+def split_groups(analysis: Analysis, strategy: Strategy, groups: Sequence[int]) -> tuple[np.ndarray, Strategy]:
     """Each of `groups` split in two; the second halves become new groups at the end, with their
     parent's action. Returns (group id per planned op, the strategy on that grouping)."""
     planning = analysis.planning
     index = {name: i for i, name in enumerate(planning.ops)}
     op_group = np.empty(len(planning.ops), dtype=np.int64)
-    for g in analysis.grouping.groups:
-        for op in g.ops:
-            op_group[index[op]] = g.id
+    for group in analysis.grouping.groups:
+        for op in group.ops:
+            op_group[index[op]] = group.id
     plans = list(strategy.groups)
     for g in groups:
         parts = mp_partition(analysis, g, 2)
@@ -56,7 +60,7 @@ def split_groups(analysis: Any, strategy: Strategy, groups: Sequence[int]) -> tu
     return op_group, dataclasses.replace(strategy, groups=tuple(plans), op_groups=tuple(int(x) for x in op_group))
 
 
-def refine(sim: Any, strategy: Strategy, best: float, actions: Sequence[GroupPlan], deadline: Deadline, *,
+def refine(sim: Simulator, strategy: Strategy, best: float, actions: Sequence[GroupPlan], deadline: Deadline, *,
            rounds: int = ROUNDS, progress: bool = False) -> tuple[Strategy, float, int]:
     """Split the dominant groups of `strategy` and place the halves by local moves, again on the
     refined groups while that pays and time is left (`rounds` at most). Returns the refined plan
@@ -73,7 +77,7 @@ def refine(sim: Any, strategy: Strategy, best: float, actions: Sequence[GroupPla
     return strategy, best, runs
 
 
-def _refine_once(sim: Any, strategy: Strategy, best: float, actions: Sequence[GroupPlan], deadline: Deadline,
+def _refine_once(sim: Simulator, strategy: Strategy, best: float, actions: Sequence[GroupPlan], deadline: Deadline,
                  progress: bool) -> tuple[Strategy, float, int]:
     base = sim.analysis.for_strategy(strategy)
     targets = dominant_groups(base)

@@ -36,13 +36,22 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, TypeVar
 
 import numpy as np
 
 from tag_tf.analysis.states import Kind
 from tag_tf.sim.prepare import STATE_CODE
-from tag_tf.strategy import Option, SfbCut, Strategy, split_counts
+from tag_tf.strategy import GroupPlan, Option, SfbCut, Strategy, split_counts
+
+if TYPE_CHECKING:
+    from tag_tf.analysis import Analysis
+    from tag_tf.search.local_search import SearchResult
+    from tag_tf.search.mcts import MctsResult
+    from tag_tf.sim.simulator import SimReport, Simulator
+    from tag_tf.topology.spec import Topology
+
+    R = TypeVar("R", bound="MctsResult | SearchResult")    # a search result: given back as the same kind
 
 FULL, SPLIT, PARTIAL = STATE_CODE[Kind.FULL], STATE_CODE[Kind.SPLIT], STATE_CODE[Kind.PARTIAL]
 MAX_CONE = 200            # candidate ops per gradient (the cone is cut off beyond, nearest first)
@@ -99,7 +108,7 @@ class SfbOutcome:
 class SfbSolver:
     """The SFB MILPs of one simulator's graph, costs and cluster (any plan)."""
 
-    def __init__(self, sim: Any, time_limit_s: float = 1.0, max_cone: int = MAX_CONE,
+    def __init__(self, sim: Simulator, time_limit_s: float = 1.0, max_cone: int = MAX_CONE,
                  deadline: float | None = None):
         self.time_limit_s = time_limit_s
         self.deadline = deadline          # time.perf_counter() after which no MILP starts (None: no bound)
@@ -152,14 +161,14 @@ class SfbSolver:
         return out
 
     @staticmethod
-    def _replicated(plan: Any) -> bool:
+    def _replicated(plan: GroupPlan) -> bool:
         return len(plan.devices) > 1 and plan.option in (Option.ALLREDUCE, Option.PS)
 
-    def _same_layout(self, op: int, strategy: Strategy, plan: Any) -> bool:
+    def _same_layout(self, op: int, strategy: Strategy, plan: GroupPlan) -> bool:
         other = strategy.groups[int(self.group[op])]
         return other.devices == plan.devices and other.option is plan.option
 
-    def _cone(self, g: int, strategy: Strategy, plan: Any) -> tuple[int, ...]:
+    def _cone(self, g: int, strategy: Strategy, plan: GroupPlan) -> tuple[int, ...]:
         """g and its ancestors in the same layout, nearest first (at most max_cone), kept only while
         private to g. Any prefix of the result is a valid cut: each op's consumer comes before it."""
         order, seen, head = [g], {g}, 0
@@ -332,7 +341,7 @@ class SfbSolver:
                       round(-solution.objective_s, 9))
 
 
-def apply_sfb(sim: Any, strategy: Strategy, *, time_limit_s: float = 1.0, max_simulations: int = 64,
+def apply_sfb(sim: Simulator, strategy: Strategy, *, time_limit_s: float = 1.0, max_simulations: int = 64,
               deadline: float | None = None) -> SfbOutcome:
     """`strategy` with the SFB cuts that make it simulate faster. Cuts it already carries are
     solved afresh; when nothing beats the plan as given, it comes back unchanged. `deadline` (a
@@ -370,12 +379,12 @@ def apply_sfb(sim: Any, strategy: Strategy, *, time_limit_s: float = 1.0, max_si
                       time.perf_counter() - start)
 
 
-def _seconds(report: Any) -> float:
+def _seconds(report: SimReport) -> float:
     """A simulated iteration time, inf when the plan runs out of memory."""
     return math.inf if report.oom else report.iteration_time_s
 
 
-def duplicated_op_types(analysis: Any, strategy: Strategy) -> dict[str, int]:
+def duplicated_op_types(analysis: Analysis, strategy: Strategy) -> dict[str, int]:
     """How many ops of each type the plan's SFB cuts duplicate (members of planned ops included)."""
     members = analysis.planning.members()
     counts: dict[str, int] = {}
@@ -388,8 +397,8 @@ def duplicated_op_types(analysis: Any, strategy: Strategy) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
-def best_with_sfb(sim: Any, topology: Any, result: Any, *, time_limit_s: float = 1.0,
-                  deadline: float | None = None) -> tuple[Any, SfbOutcome]:
+def best_with_sfb(sim: Simulator, topology: Topology, result: R, *, time_limit_s: float = 1.0,
+                  deadline: float | None = None) -> tuple[R, SfbOutcome]:
     """A search result (MCTS or local) with SFB applied to its plan, and each fixed baseline with
     SFB among its baselines ("dp+sfb", ...). The search did not know SFB: where a baseline with
     SFB simulates faster than the plan with SFB (typically DP whose large gradients SFB rebuilds

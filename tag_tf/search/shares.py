@@ -19,11 +19,14 @@ only when they simulate faster, then corrects them by simulation (`mcts.balance_
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from tag_tf.strategy import Option, Strategy
+
+if TYPE_CHECKING:
+    from tag_tf.sim.simulator import Simulator
 
 ROUNDS = 4              # fixed-point rounds over the groups' share sums
 MIN_SHARE = 1e-3        # of the total: every replica keeps some samples
@@ -32,7 +35,7 @@ MIN_SHARE = 1e-3        # of the total: every replica keeps some samples
 class ShareSolver:
     """Per-group compute of one simulator's graph, by device type, ready to balance any plan."""
 
-    def __init__(self, sim: Any):
+    def __init__(self, sim: Simulator):
         """`sim`: the Simulator of the plans' groups (`sim.for_strategy(plan)` for refined groups)."""
         self.fixed, self.per_sample = sim.group_times()          # [group, device type]
         self.batch = float(sim.batch_size)

@@ -27,7 +27,9 @@ import numpy as np
 from tag_tf.errors import TagError
 
 if TYPE_CHECKING:
+    from tag_tf.analysis import Analysis
     from tag_tf.sim.prepare import Prepared
+    from tag_tf.topology.spec import Topology
 
 FORMAT = "tag_tf.calibration/1"
 
@@ -106,7 +108,7 @@ class Calibration:
         return {"name": self.name, "values": dict(self.values)}
 
     # -- the simulator's arrays ------------------------------------------------------------------
-    def apply(self, prepared: Prepared, members: np.ndarray, topology: Any) -> Prepared:
+    def apply(self, prepared: Prepared, members: np.ndarray, topology: Topology) -> Prepared:
         """A copy of `prepared` (see sim/prepare.py) with this calibration's physics; `members`:
         `member_counts` of the analysis (computed once per simulator, not per calibration)."""
         n = int(prepared.num_ops)
@@ -184,7 +186,7 @@ class Calibration:
         return Calibration.from_dict(data, path)
 
 
-def member_counts(analysis: Any) -> np.ndarray:
+def member_counts(analysis: Analysis) -> np.ndarray:
     """Ops TensorFlow dispatches per planned op (the op and everything folded into it)."""
     index = {name: i for i, name in enumerate(analysis.planning.ops)}
     counts = np.zeros(len(index))
@@ -202,7 +204,7 @@ def shipped_path(preset: str) -> str | None:
     return None if name is None else os.path.join(os.path.dirname(os.path.dirname(__file__)), "profile", "data", name)
 
 
-def default_calibration(topology: Any) -> Calibration | None:
+def default_calibration(topology: Topology) -> Calibration | None:
     """The calibration a preset simulates with by default: `testbed`/`cloud` use the shipped fit
     (when it exists), everything else (files, `-nominal` presets, local CPUs) the datasheet."""
     path = shipped_path(getattr(topology, "name", ""))
@@ -211,7 +213,7 @@ def default_calibration(topology: Any) -> Calibration | None:
     return Calibration.load(path)
 
 
-def resolve(calibration: Any, topology: Any) -> Calibration | None:
+def resolve(calibration: Any, topology: Topology) -> Calibration | None:
     """`calibration`: "default" (per preset), None/"nominal" (datasheet), a path, or a Calibration."""
     if isinstance(calibration, Calibration):
         return calibration

@@ -173,7 +173,7 @@ def _as_int_array(field: str, value, dtype, lo: int | None = None) -> np.ndarray
     if not np.issubdtype(a.dtype, np.integer):
         raise ValueError(f"{field}: expected integers, got dtype {a.dtype.name}")
     info = np.iinfo(dtype)
-    bad = np.flatnonzero((a < info.min) | (a > info.max)) if a.ndim == 1 else []
+    bad: np.ndarray | list[int] = np.flatnonzero((a < info.min) | (a > info.max)) if a.ndim == 1 else []
     if len(bad):
         raise ValueError(f"{field}[{bad[0]}] = {a[bad[0]]} does not fit in {np.dtype(dtype).name}")
     return a.astype(dtype, copy=False)

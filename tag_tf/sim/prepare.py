@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,12 @@ from tag_tf.placement.fusion import FusionFacts
 from tag_tf.placement.layout import ColocationSets
 from tag_tf.ir import TensorRef
 from tag_tf.ir.opsets import VARIABLE_OPS
+
+if TYPE_CHECKING:
+    from tag_tf.profile.comm import CommModel
+    from tag_tf.profile.costs import OpCosts
+    from tag_tf.profile.segmented import SegmentedLinear
+    from tag_tf.topology.spec import Topology
 
 STATE_CODE = {Kind.FULL: 0, Kind.SPLIT: 1, Kind.PARTIAL: 2, Kind.LOCAL: 3}
 SOURCE, VARIABLE_SIDE = 1, 2          # op_flags bits
@@ -125,11 +131,11 @@ class Prepared:
         return out
 
 
-def device_types(topology: Any) -> tuple[str, ...]:
+def device_types(topology: Topology) -> tuple[str, ...]:
     return tuple(dict.fromkeys(d.type for d in topology.devices))
 
 
-def prepare(analysis: Analysis, topology: Any, costs: Any, comm: Any = None) -> Prepared:
+def prepare(analysis: Analysis, topology: Topology, costs: OpCosts, comm: CommModel | None = None) -> Prepared:
     """`costs`: OpCosts over the training ops (members of planned ops) for `device_types(topology)`;
     `comm`: a CommModel whose fitted models override the topology's analytical links, or None.
 
@@ -164,7 +170,7 @@ def _op_facts(analysis: Analysis) -> dict[str, Any]:
             "op_flags": flags}
 
 
-def _op_costs(analysis: Analysis, index: dict[str, int], types: tuple[str, ...], costs: Any) -> dict[str, Any]:
+def _op_costs(analysis: Analysis, index: dict[str, int], types: tuple[str, ...], costs: OpCosts) -> dict[str, Any]:
     """op_fixed and op_per_sample ([type * n + op]): a planned op costs the sum of its members."""
     n = len(index)
     fixed = np.zeros((len(types), n))
@@ -255,7 +261,7 @@ def _fusion_arrays(analysis: Analysis, refs: list[TensorRef]) -> dict[str, Any]:
 
 
 # -- devices and links -----------------------------------------------------------------------------
-def _device_arrays(topology: Any, types: tuple[str, ...]) -> dict[str, Any]:
+def _device_arrays(topology: Topology, types: tuple[str, ...]) -> dict[str, Any]:
     """num_devices, num_types, num_hosts and the dev_* and type_* arrays."""
     from tag_tf.topology.gpus import gpu_type
 
@@ -271,7 +277,7 @@ def _device_arrays(topology: Any, types: tuple[str, ...]) -> dict[str, Any]:
             "type_launch": np.array([g.launch_overhead_s for g in gpus], dtype=np.float64)}
 
 
-def _link_arrays(topology: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
+def _link_arrays(topology: Topology) -> tuple[dict[str, Any], tuple[str, ...]]:
     """num_links and the link_* arrays over ordered device pairs, and the link resources' names."""
     D = len(topology.devices)
     link_ids: dict[Any, int] = {}
@@ -294,12 +300,12 @@ def _link_arrays(topology: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
     return arrays, tuple(str(k) for k in link_ids)
 
 
-def _piecewise(fit: Any) -> Piecewise:
+def _piecewise(fit: SegmentedLinear) -> Piecewise:
     return Piecewise(np.array((-math.inf, *fit.breakpoints), dtype=np.float64),
                      np.array(fit.slopes, dtype=np.float64), np.array(fit.intercepts, dtype=np.float64))
 
 
-def _comm_fits(comm: Any, num_devices: int) -> CommFits:
+def _comm_fits(comm: CommModel, num_devices: int) -> CommFits:
     p2p: dict[str, Piecewise | None] = {}
     allreduce: dict[str, tuple[Piecewise | None, ...]] = {}
     for scope in ("intra", "inter"):

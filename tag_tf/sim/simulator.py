@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -24,6 +24,13 @@ from tag_tf.errors import StrategyError
 from tag_tf.sim.calibration import member_counts, resolve as resolve_calibration
 from tag_tf.sim.prepare import SOURCE, Prepared, device_types, prepare
 from tag_tf.strategy import Option, Strategy
+
+if TYPE_CHECKING:
+    from tag_tf.profile.comm import CommModel
+    from tag_tf.profile.costmodel import CostModel
+    from tag_tf.profile.costs import OpCosts
+    from tag_tf.profile.op_profile import OpProfile
+    from tag_tf.topology.spec import Topology
 
 OPTION_CODE = {Option.ALLREDUCE: 0, Option.PS: 1, Option.DUPLICATE: 2, Option.MODEL_PARALLEL: 3}
 TASK_KINDS = ("compute", "transfer", "split", "concat", "addn", "allreduce", "zeros", "pack", "unpack")
@@ -73,8 +80,9 @@ class OpEdges(NamedTuple):
 
 
 class Simulator:
-    def __init__(self, analysis: Analysis, topology: Any, costs: Any = None, comm: Any = None,
-                 profile: Any = None, calibration: Any = "default", cost_model: Any = None):
+    def __init__(self, analysis: Analysis, topology: Topology, costs: OpCosts | None = None,
+                 comm: CommModel | None = None, profile: OpProfile | Iterable[OpProfile] | None = None,
+                 calibration: Any = "default", cost_model: CostModel | None = None):
         """`costs`: OpCosts for the training ops (default: a measured `profile` -- one OpProfile or
         several -- where its device type matches, else the analytical `cost_model`); `comm`: a CommModel with fitted transfers, or None;
         `calibration`: "default" (the shipped fit for the `testbed`/`cloud` presets, datasheet
@@ -361,7 +369,8 @@ def _task_name(kind: int, op: int, names: Sequence[str]) -> str:
     return base if kind == 0 else f"{TASK_KINDS[kind]}:{base}"
 
 
-def training_costs(analysis: Analysis, types: Sequence[str], profile: Any = None, model: Any = None) -> Any:
+def training_costs(analysis: Analysis, types: Sequence[str], profile: OpProfile | Iterable[OpProfile] | None = None,
+                   model: CostModel | None = None) -> OpCosts:
     """OpCosts for every training op on the given device types (profile where measured, else model)."""
     from tag_tf.profile.costs import op_costs
 

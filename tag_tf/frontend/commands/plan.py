@@ -5,9 +5,14 @@ import argparse
 import json
 import math
 import sys
+from typing import TYPE_CHECKING, Any, cast
 
 from tag_tf.errors import StrategyError
 from tag_tf.frontend.loading import add_cost_args, add_model_args, analysis_for, load, model_kwargs, stored_costs
+
+if TYPE_CHECKING:
+    from tag_tf.search.mcts import MctsResult
+    from tag_tf.sim.simulator import Simulator
 
 
 def register(sub) -> None:
@@ -65,6 +70,7 @@ def run(args) -> int:
     ctx = PassContext(Options(num_groups=args.groups))
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
+    sim: Simulator
     if local:
         costs = None
         sim = local_machine_simulator(analysis, topology, args.model, model_kwargs(args), args.profile_db,
@@ -84,11 +90,13 @@ def run(args) -> int:
                    options=MctsOptions(budget_s=args.budget, iterations=args.iterations, seed=args.seed,
                                        progress=not args.json, patience_s=args.patience))
     result, simulations, seconds = found.result, found.simulations, found.seconds
+    search_info: dict[str, Any]
     if args.search == "mcts":
-        search_info = {"search": "mcts", "prior": args.prior, "seed": args.seed, "iterations": result.iterations,
-                       "iterations_to_beat_dp": result.iterations_to_beat_dp,
-                       "time_to_beat_dp_s": result.time_to_beat_dp_s,
-                       "fell_back_to_baseline": result.fell_back, "converged": result.converged}
+        mcts = cast("MctsResult", result)
+        search_info = {"search": "mcts", "prior": args.prior, "seed": args.seed, "iterations": mcts.iterations,
+                       "iterations_to_beat_dp": mcts.iterations_to_beat_dp,
+                       "time_to_beat_dp_s": mcts.time_to_beat_dp_s,
+                       "fell_back_to_baseline": mcts.fell_back, "converged": mcts.converged}
     else:
         search_info = {"search": "local", "iterations": None, "iterations_to_beat_dp": None, "time_to_beat_dp_s": None,
                        "fell_back_to_baseline": result.best_baseline is not None
@@ -96,7 +104,7 @@ def run(args) -> int:
     if not result.found:
         raise StrategyError(f"no plan found for {loaded.source} on {topology.name}: {NOTHING_FITS} "
                             f"(batch {analysis.batch_size})")
-    sfb = {"enabled": False}
+    sfb: dict[str, Any] = {"enabled": False}
     if found.sfb is not None:
         sfb = {"enabled": True, **found.sfb.to_dict(),
                "duplicated_op_types": duplicated_op_types(analysis.for_strategy(result.strategy), result.strategy)}
