@@ -179,7 +179,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "remote_step.json"))
-    ap.add_argument("--serve", help=argparse.SUPPRESS)      # internal: the child's task 1
+    ap.add_argument("--serve", help=argparse.SUPPRESS)      # internal: a child task (--task, default 1)
     ap.add_argument("--task", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--each", help=argparse.SUPPRESS)       # internal: the child runs collective-each
     args = ap.parse_args()
@@ -207,6 +207,8 @@ def main() -> None:
     each = f"{args.steps},{args.rounds}"
     with child_task(cluster, 1, each), child_task(cluster, 0, each) as chief:
         out_text, _ = chief.communicate(timeout=600)
+        if chief.returncode != 0:
+            raise SystemExit(f"collective-each: task 0 failed (exit {chief.returncode})")
     for r, ms in enumerate(json.loads(out_text.strip().splitlines()[-1])):
         rounds[r]["collective-each"] = ms
     medians = {w: statistics.median(r[w] for r in rounds) for w in ways}

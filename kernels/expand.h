@@ -15,7 +15,7 @@
 // Send/Recv pairs, conversions per tensor like the compiler's memo table.
 //
 // All-reduces are decided last, as in the compiler: a request returns a placeholder, and
-// `emit_collectives` packs the requests into buckets by tag_tf/compiler/fusion.py's rule (same
+// `emit_collectives` packs the requests into buckets by tag_tf/placement/fusion.py's rule (same
 // devices, dtype and sync level, production order, at most `fusion_bytes` each), emits per bucket
 // a pack (concat) per device, one collective and an unpack (split) per device, and chains the
 // collectives per device in bucket order (the compiler's control edges). Sums on one device (PS)
@@ -72,7 +72,7 @@ struct Prepared {
   std::vector<int32_t> e_src, e_dst, e_tensor;
   std::vector<int64_t> e_bytes;                 // whole tensor at the planning batch size
   std::vector<uint8_t> e_state, e_need;         // producer state / consumer requirement (replicated)
-  // Per tensor id (fusion facts, tag_tf/compiler/fusion.py): sync level, production rank, dtype
+  // Per tensor id (fusion facts, tag_tf/placement/fusion.py): sync level, production rank, dtype
   // code, bytes, and whether a static shape lets it join a bucket.
   std::vector<int32_t> t_level, t_rank, t_dtype;
   std::vector<int64_t> t_bytes;
@@ -290,7 +290,7 @@ class Expander {
         op_layout_[op] = it->second;
       } else if (s.op_dup && s.op_dup[op] && bl.mode == kReplicated) {
         // Sufficient factor broadcasting: the whole batch on every device of the group, so the
-        // gradient it produces is complete everywhere (tag_tf/compiler/placement.py, same rule).
+        // gradient it produces is complete everywhere (tag_tf/placement/layout.py, same rule).
         Layout l;
         l.mode = kDuplicated;
         l.option = bl.option;
@@ -639,7 +639,7 @@ class Expander {
   }
 
   // Buckets of the reductions of edges[r] onto targets[r] (-2: all replicas), in issue order:
-  // tag_tf.compiler.fusion.assign_buckets, line for line.
+  // tag_tf.placement.fusion.assign_buckets, line for line.
   std::vector<std::vector<int32_t>> assign_buckets(const std::vector<int32_t>& edges,
                                                    const std::vector<int32_t>& targets, int64_t cap) const {
     const int32_t R = static_cast<int32_t>(edges.size());

@@ -33,7 +33,7 @@ MIN_BALANCED_GROUPS = 8     # the balance bound never takes the group count belo
 class OpGroup:
     id: int
     ops: tuple[str, ...]          # planned ops, topological order
-    compute: float                # sum of the ops' compute weights (seconds on the reference device)
+    compute: float                # sum of the ops' grouping weights (reference_weights: estimated seconds)
     param_bytes: int              # bytes of the variables placed with this group
 
 
@@ -49,6 +49,11 @@ class Grouping:
         """Largest group compute over the mean (the paper bounds it by the balance factor)."""
         compute = np.array([g.compute for g in self.groups])
         return float(compute.max() / compute.mean()) if len(compute) and compute.mean() > 0 else 1.0
+
+    def by_compute(self) -> list[int]:
+        """Group ids in descending compute, ties in id order: the order the planner decides them in
+        (the first decided groups fill the rest of a partial plan)."""
+        return [int(g) for g in np.argsort([-g.compute for g in self.groups], kind="stable")]
 
 
 @contextlib.contextmanager

@@ -219,7 +219,8 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
     the strategy creator's MCTS (uniform prior until trained GNN weights ship), polished by the local
     search's moves, then (`sfb`) sufficient factor broadcasting where it simulates faster; never
     slower (simulated) than the best baseline. Shows a progress bar on terminals. With no `budget_s`
-    the search ends early once it has converged (DEFAULT_PATIENCE_S); a given budget is searched whole.
+    the search ends early once it has converged (DEFAULT_PATIENCE_S); a given budget bounds the search and
+    SFB together (`search`).
     `sim`: judge plans with this simulator instead (e.g. `local_machine_simulator`)."""
     from tag_tf.search.local_search import NOTHING_FITS
     from tag_tf.search.mcts import MctsOptions

@@ -74,11 +74,9 @@ class Target:
         else:
             ours = session_config(max(self.num_cpus, config.device_count.get("CPU", 1)),
                                   timeout_ms=config.operation_timeout_in_ms or COMPILED_RUN_TIMEOUT_MS)
-        config.MergeFrom(ours)          # soft placement, CPU devices, the cluster's leader and timeout
-        if not config.operation_timeout_in_ms:
-            # A collective whose peers never arrive blocks without using CPU: fail instead (the
-            # user's own timeout, when set, wins).
-            config.operation_timeout_in_ms = COMPILED_RUN_TIMEOUT_MS
+        # Soft placement, CPU devices, the cluster's leader, and always a timeout: a collective whose
+        # peers never arrive blocks without using CPU (on one machine the user's own timeout wins).
+        config.MergeFrom(ours)
         return config
 
     def session(self, graph: Any, user_config: Any = None) -> Any:

@@ -179,7 +179,7 @@ def trace_steps(steps: Mapping[int, TrainStep], batch_sizes: Sequence[int], *, r
     shared machine hits every batch size alike), then as many untraced ones for the wall clock."""
     import tensorflow as tf
 
-    sessions: dict[int, _Session] = {}
+    by_batch: dict[int, _Session] = {}
     by_graph: dict[int, _Session] = {}
     raw: list[list[dict[str, float]]] = [[] for _ in batch_sizes]
     walls: list[list[float]] = [[] for _ in batch_sizes]
@@ -190,19 +190,19 @@ def trace_steps(steps: Mapping[int, TrainStep], batch_sizes: Sequence[int], *, r
             key = id(st.graph_def)
             if key not in by_graph:
                 by_graph[key] = _Session(st.graph_def, st.init_op, tf_device, config, target)
-            sessions[b] = by_graph[key]
+            by_batch[b] = by_graph[key]
         for b in batch_sizes:                 # warm-up: allocations, autotuning, profiler start-up
             for _ in range(warmup):
-                sessions[b].run(steps[b].train_op, steps[b].feed, traced=False)
-            sessions[b].run(steps[b].train_op, steps[b].feed, traced=True)
+                by_batch[b].run(steps[b].train_op, steps[b].feed, traced=False)
+            by_batch[b].run(steps[b].train_op, steps[b].feed, traced=True)
         for _ in range(repeats):              # round-robin over batch sizes
             for k, b in enumerate(batch_sizes):
-                stats, _ = sessions[b].run(steps[b].train_op, steps[b].feed, traced=True)
+                stats, _ = by_batch[b].run(steps[b].train_op, steps[b].feed, traced=True)
                 raw[k].append(op_times_from_step_stats(stats))
                 kernel_timeline = kernel_timeline or has_kernel_timeline(stats)
         for _ in range(repeats):
             for k, b in enumerate(batch_sizes):
-                _, wall = sessions[b].run(steps[b].train_op, steps[b].feed, traced=False)
+                _, wall = by_batch[b].run(steps[b].train_op, steps[b].feed, traced=False)
                 walls[k].append(wall)
     except (tf.errors.OpError, ValueError, TypeError, KeyError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -19,8 +19,9 @@ Sync level: the number of possible reductions of partial sums on any path into a
 (`sync_levels`). A tensor can only depend on the reduction of a tensor of a lower level, so a bucket (one level) never waits for
 its own result, and ordering by level never makes a collective wait for a later one.
 
-The simulator's native expander (kernels/expand.h, `FusionPlanner`) applies the same rule to the
-facts `fusion_facts` gives it; tests/sim/test_simulator.py checks both insert the same collectives.
+The simulator's native expander (kernels/expand.h, `emit_collectives`) applies the same rule to the
+facts sim/prepare.py gives it (`FusionFacts`); tests/sim/test_simulator.py checks both insert the same
+collectives.
 """
 from __future__ import annotations
 

@@ -130,7 +130,7 @@ class VisitRecord:
 
 def decision_order(analysis: Analysis) -> list[int]:
     """The order MCTS decides groups in: descending compute (the first decided fills the rest)."""
-    return [int(g) for g in np.argsort([-g.compute for g in analysis.grouping.groups], kind="stable")]
+    return analysis.grouping.by_compute()
 
 
 PRIORS = ("uniform", "gnn")
@@ -166,7 +166,7 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
     reference = times[best_name]
     dp_time = times["dp"]
     actions = candidate_actions(topology)
-    order = sim.groups_by_compute()        # the order groups are decided in (decision_order)
+    order = decision_order(sim.analysis)
     # Fused buckets; batch shares from the simulator's own (calibrated) device speeds.
     rates = np.asarray(sim.device_rates(), dtype=np.float64)
     shares = tuple(float(x) for x in rates / rates.sum()) if rates.sum() > 0 and np.all(rates > 0) else None

@@ -66,7 +66,7 @@ class CommFits:
         return out
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Prepared:
     """What the native expander reads (field names are the keys kernels/simcore.cpp looks up; see
     `Prepared` in kernels/expand.h), plus the names reports use. Planned ops, tensors, devices and

@@ -195,7 +195,7 @@ class Simulator:
 
     def groups_by_compute(self) -> list[int]:
         """Op groups in descending estimated compute (ties in group order)."""
-        return [int(g) for g in np.argsort([-g.compute for g in self.analysis.grouping.groups], kind="stable")]
+        return self.analysis.grouping.by_compute()
 
     def op_per_sample_s(self) -> np.ndarray:
         """Seconds per sample of each planned op on each device type, [type, op] (calibrated)."""

@@ -221,3 +221,17 @@ def test_a_planned_auto_is_the_plan_distribute_trains_with(capsys, tmp_path, mon
     code, again, _ = run_json(capsys, "plan", "--model", "mlp", "--tiny", "--batch", "32", "--topology", "testbed",
                               "--budget", "3", "--groups", "8", "--search", "local", "--json")
     assert code == 0 and again["plan_cache"] is None          # another search: not auto's plan
+
+
+def test_a_planned_auto_never_replaces_a_faster_cached_plan(capsys, tmp_path, monkeypatch):
+    """With no budget the plan is the best baseline, the same each time: the first run stores it, the
+    second (not faster than the entry) leaves the entry alone and says so (`plan_cache` null)."""
+    monkeypatch.setenv("TAG_TF_CACHE_DIR", str(tmp_path))
+    argv = ("plan", "--model", "mlp", "--tiny", "--batch", "32", "--topology", "testbed", "--budget", "0",
+            "--groups", "8", "--json")
+    code, first, _ = run_json(capsys, *argv)
+    assert code == 0 and first["plan_cache"]
+    entry = open(first["plan_cache"]).read()
+    code, second, _ = run_json(capsys, *argv)
+    assert code == 0 and second["plan_cache"] is None and second["iteration_time_s"] == first["iteration_time_s"]
+    assert open(first["plan_cache"]).read() == entry

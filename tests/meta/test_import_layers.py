@@ -73,7 +73,7 @@ def test_no_import_circles():
 
 
 def test_imports_run_down_the_pipeline():
-    """import-linter's layers contract in pyproject.toml: ir -> analysis -> topology -> profile ->
+    """import-linter's layers contract in pyproject.toml: ir -> models -> analysis -> topology -> profile ->
     strategy -> placement -> compiler/sim -> runtime -> measure -> search/localmachine -> frontend."""
     linter = os.path.join(os.path.dirname(sys.executable), "lint-imports")
     run = subprocess.run([linter, "--no-cache", "--config", os.path.join(os.path.dirname(ROOT), "pyproject.toml")],

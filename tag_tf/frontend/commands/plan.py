@@ -11,6 +11,7 @@ from tag_tf.errors import StrategyError
 from tag_tf.frontend.loading import add_cost_args, add_model_args, analysis_for, load, model_kwargs, stored_costs
 
 if TYPE_CHECKING:
+    from tag_tf.frontend.planning import PlanCache
     from tag_tf.search.mcts import MctsResult
     from tag_tf.sim.simulator import Simulator
 
@@ -84,7 +85,7 @@ def run(args) -> int:
         raise StrategyError(f"--budget-s must not be negative, got {args.budget}")
     if args.patience is not None and not args.patience > 0:
         raise StrategyError(f"--patience-s must be positive, got {args.patience}")
-    if args.weights and args.prior != "gnn":
+    if args.search == "mcts" and args.weights and args.prior != "gnn":
         raise StrategyError("--weights is for the GNN prior: add --prior gnn")
     found = search(sim, topology, method=args.search, prior=args.prior, weights=args.weights, sfb=args.sfb,
                    options=MctsOptions(budget_s=args.budget, iterations=args.iterations, seed=args.seed,
@@ -114,11 +115,14 @@ def run(args) -> int:
                                                     or result.strategy.name.endswith("+sfb"))
     cached = None
     if not local and args.search == "mcts" and args.prior == "uniform" and args.iterations is None:
-        # The same search `distribute(strategy="auto")` runs: the plan it would cache. Stored, so a plan
-        # made ahead of time with this command is the one training uses.
+        # The same search `distribute(strategy="auto")` runs: a plan made ahead of time with this command
+        # is the one training uses, unless the entry there already simulates at least as fast (a longer
+        # search may have made it; the key holds no budget or seed).
         cache = PlanCache(ctx.options.cache_root())
-        cached = cache.path_for(analysis, topology, "auto", calibration=args.calibration, costs=costs, sfb=args.sfb)
-        cache.store(cached, stamped(result.strategy, analysis, topology), "auto")
+        path = cache.path_for(analysis, topology, "auto", calibration=args.calibration, costs=costs, sfb=args.sfb)
+        if _faster_than_cached(sim, cache, path, result.iteration_time_s):
+            cache.store(path, stamped(result.strategy, analysis, topology), "auto")
+            cached = path
     if args.out:
         result.strategy.save(args.out)
     out = {"model": loaded.source, "topology": topology.name,
@@ -155,6 +159,18 @@ def run(args) -> int:
     if cached:
         print(f"plan cached for distribute(strategy='auto'): {cached}")
     return 0
+
+
+def _faster_than_cached(sim: Simulator, cache: PlanCache, path: str, seconds: float) -> bool:
+    """Whether a plan of `seconds` beats the cache entry at `path` (simulated); True without one."""
+    old = cache.load(path)
+    if old is None:
+        return True
+    try:
+        report = sim.simulate(old)
+    except StrategyError:                     # stale for these groups: replace it
+        return True
+    return report.oom or seconds < report.iteration_time_s
 
 
 def _seconds(t: float) -> float | None:
