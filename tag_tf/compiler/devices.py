@@ -25,7 +25,8 @@ class DeviceMap:
 
     @classmethod
     def local_cpus(cls, n: int) -> "DeviceMap":
-        """n virtual CPU devices in one process (`ConfigProto(device_count={'CPU': n})`)."""
+        """n virtual CPU devices in one process: sessions for them come from
+        `tag_tf.runtime.sessions.session_config(n)`, which also sets their operation timeout."""
         names = tuple(f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(n))
         return cls(names, names[0], (0,) * n, (False,) * n)
 

@@ -145,7 +145,7 @@ def profile_steps(steps: Mapping[int, TrainStep], *, repeats: int = 5, warmup: i
     "grpc://host:port"), `device` is a full device name on that cluster (".../task:1/device:GPU:0")
     and `device_type` what it is: how `tag-tf profile --cluster` measures the devices of servers.
     """
-    batch_sizes = _checked_batch_sizes(steps, repeats, warmup, statistic)
+    batch_sizes = _checked_arguments(steps, repeats, warmup, statistic)
     if target:
         if not device_type:
             raise ProfileError(f"profiling {device} on {target}: the device type must be given")
@@ -159,8 +159,10 @@ def profile_steps(steps: Mapping[int, TrainStep], *, repeats: int = 5, warmup: i
                                statistic=statistic, op_types=op_types, info=info)
 
 
-def _checked_batch_sizes(steps: Mapping[int, TrainStep], repeats: int, warmup: int, statistic: str
-                         ) -> tuple[int, ...]:
+def _checked_arguments(steps: Mapping[int, TrainStep], repeats: int, warmup: int, statistic: str
+                       ) -> tuple[int, ...]:
+    """The sorted batch sizes; every argument error raised before a session starts (profile_from_traces
+    checks `statistic` again for callers that bring their own traces)."""
     if statistic not in STATISTICS:
         raise ProfileError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
     if len(steps) < 2:
