@@ -43,7 +43,7 @@ setup(
     version="0.1.0",
     description="Topology-aware graph deployment of TF1 training graphs on heterogeneous GPU clusters",
     packages=find_packages(include=["tag_tf", "tag_tf.*"]),
-    package_data={"tag_tf": ["topology/presets/*.yaml", "profile/data/*.json"]},
+    package_data={"tag_tf": ["topology/presets/*.yaml", "profile/data/*.json", "search/weights/gnn.*"]},
     python_requires=">=3.11,<3.12",
     install_requires=CORE + TF,
     extras_require={

@@ -5,7 +5,9 @@ current GNN, and at every well-visited vertex (search/mcts.py `VisitRecord`) tak
 distribution softmax(ln N) = N / sum(N) as the target; minimise the cross-entropy between the GNN's
 prior there and that target, over a replay buffer of recent vertices. Searches run without the
 polish (it is not part of the tree) and without HeteroG's baseline search (the reward's reference is
-the best fixed baseline), so each costs only its iterations.
+the best fixed baseline), so each costs only its iterations; and with the network's prior as it is
+(no uniform share mixed in, no root sweep: MctsOptions.prior_mix / sweep_root are for planning), so
+the visit counts it learns from are its own search's, as in the paper.
 
 What is saved under the output directory:
   weights.pt        the trained network (tag_tf.search.gnn.save_weights; torch.load(weights_only=True))
@@ -174,7 +176,8 @@ class Trainer:
         records: list[VisitRecord] = []
         start = time.perf_counter()
         mcts_search(sim, topology, MctsOptions(budget_s=self.o.search_budget_s, iterations=self.o.iterations,
-                                               seed=self.searches, polish=False, refine=False, heterog=False),
+                                               seed=self.searches, polish=False, refine=False, heterog=False,
+                                               prior_mix=0.0, sweep_root=False),
                     prior=prior, record=records)
         search_s = time.perf_counter() - start
         new = samples_of(records, features)

@@ -9,9 +9,13 @@ expands one new vertex, and scores it by simulating a full plan in which every u
 takes the action of the most expensive group (the first decided), so a short prefix already says
 what its choice costs. The reward is the speed-up over the best baseline (-1 when the plan runs out
 of memory or cannot run). Vertices are kept in a transposition table keyed by their prefix, and
-every simulated plan in a cache, so a plan is never simulated twice. P is the prior: uniform, or the
-heterogeneous GNN's (`tag_tf/search/gnn.py`), which sees the partial plan with runtime feedback
-features refreshed from the simulation of the vertex's leaf plan.
+every simulated plan in a cache, so a plan is never simulated twice. P is the prior: the
+heterogeneous GNN's (`tag_tf/search/gnn.py`, trained weights shipped in search/weights/), which
+sees the partial plan with runtime feedback features refreshed from the simulation of the vertex's
+leaf plan, mixed with the uniform prior (`prior_mix`) so that nothing it rules out is never tried;
+or uniform (pure MCTS). The root's actions decide the fill of every leaf plan, so each is simulated
+once, in the prior's order, before any is revisited (`sweep_root`): a good prior finds a plan that
+beats DP in its first iterations, a poor one costs at most one sweep.
 
 After the budget (or earlier, with `patience_s`, once the best plan has stopped improving), the
 best plan simulated is polished by the local search's moves, group
@@ -33,6 +37,7 @@ from tag_tf.search.heterog import heterog_search
 from tag_tf.search.moves import (Deadline, Evaluator, _progress, candidate_device_sets, coupled_blocks, improve,
                                  tune_fusion)
 from tag_tf.search.outcome import BaselineComparison
+from tag_tf.search.priors import DEFAULT_PRIOR, PRIORS
 from tag_tf.search.refine import refine
 from tag_tf.search.shares import ShareSolver
 from tag_tf.strategy import GroupPlan, Option, Strategy
@@ -63,6 +68,12 @@ class MctsOptions:
     # End the tree search early once it has converged: the best plan has not improved for
     # max(patience_s, the time the tree took to find it). None: search for the whole budget.
     patience_s: float | None = None
+    # The root's actions fix the fill of every leaf plan (whole-model plans): simulate each of them once,
+    # in the prior's order, before any is revisited.
+    sweep_root: bool = True
+    # A learned prior is mixed with the uniform one at this share, so that an action it rules out is
+    # still tried within a search (AlphaZero's root noise, deterministic and at every vertex).
+    prior_mix: float = 0.5
 
 
 def candidate_actions(topology: Topology) -> list[GroupPlan]:
@@ -133,18 +144,17 @@ def decision_order(analysis: Analysis) -> list[int]:
     return analysis.grouping.by_compute()
 
 
-PRIORS = ("uniform", "gnn")
 
 
 def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsOptions(), *,
-                prior: str | PriorFn = "uniform", weights: str | None = None,
+                prior: str | PriorFn = DEFAULT_PRIOR, weights: str | None = None,
                 record: list[VisitRecord] | None = None) -> MctsResult:
-    """Plan `sim`'s graph on `topology` by MCTS (see the module doc). `prior` is "uniform", "gnn"
-    (the heterogeneous GNN: untrained, seeded by `options.seed`, until trained weights ship) or a
+    """Plan `sim`'s graph on `topology` by MCTS (see the module doc). `prior` is "gnn" (the
+    heterogeneous GNN, mixed with the uniform prior at `options.prior_mix`), "uniform" (pure MCTS) or a
     callable `prior(prefix, group, leaf)` giving the probabilities of the actions for `group` after
     the decisions `prefix`; `leaf` is the SimReport of the vertex's leaf plan (runtime feedback),
     None at the root or when it did not run. `weights`: the GNN's weights file (default: the
-    shipped weights, else an untrained network). `record`: receives a VisitRecord per vertex
+    shipped weights, search/weights/gnn.pt). `record`: receives a VisitRecord per vertex
     visited at least MIN_RECORD_VISITS times (GNN training data)."""
     start_time = time.perf_counter()
     deadline = Deadline(start_time + options.budget_s)
@@ -191,7 +201,7 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
         p = np.asarray(prior_fn(prefix, order[len(prefix)], leaf), dtype=np.float64)
         if p.shape != uniform.shape or not np.all(np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
             raise ValueError(f"MCTS prior: expected {len(actions)} finite non-negative scores, got shape {p.shape}")
-        return p / p.sum()
+        return mix_prior(p, options.prior_mix)
 
     def plan_of(prefix: tuple[int, ...]) -> Strategy:
         fill = actions[prefix[0]]
@@ -243,6 +253,8 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
                 vertex = table[prefix]
                 q = np.where(vertex.n > 0, vertex.w / np.maximum(vertex.n, 1), _first_play(vertex))
                 scores = puct_scores(q, vertex.n, vertex.prior, options.c_puct)
+                if not prefix and options.sweep_root and not vertex.n.all():
+                    scores = np.where(vertex.n == 0, vertex.prior, -np.inf)
                 top = np.flatnonzero(scores >= scores.max() - 1e-12)
                 a = int(top[rng.integers(len(top))]) if len(top) > 1 else int(top[0])
                 path.append((vertex, a))
@@ -333,11 +345,18 @@ def balance_shares(cost: Evaluator, strategy: Strategy, best: float, deadline: D
     return strategy, best
 
 
+def mix_prior(p: np.ndarray, share: float) -> np.ndarray:
+    """`p` normalised, with the uniform prior mixed in at `share`: every action keeps at least
+    share / len(p), so a search tries what a learned prior rules out."""
+    p = np.asarray(p, dtype=np.float64)
+    return (1.0 - share) * p / p.sum() + share / len(p)
+
+
 def _first_play(vertex: _Vertex) -> float:
     """An unvisited action's value: the mean reward seen at its vertex (0 before any)."""
     total = vertex.n.sum()
     return float(vertex.w.sum() / total) if total > 0 else 0.0
 
 
-__all__ = ["C_PUCT", "PRIORS", "MctsOptions", "MctsResult", "VisitRecord", "balance_shares", "candidate_actions",
-           "decision_order", "mcts_search", "puct_scores"]
+__all__ = ["C_PUCT", "DEFAULT_PRIOR", "PRIORS", "MctsOptions", "MctsResult", "VisitRecord", "balance_shares", "candidate_actions",
+           "decision_order", "mcts_search", "mix_prior", "puct_scores"]

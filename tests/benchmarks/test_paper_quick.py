@@ -13,7 +13,8 @@ def test_paper_harness_quick(tmp_path):
     md = tmp_path / "RESULTS.md"
     md.write_text("# Results\n\nkept above\n<!-- paper-evaluation:begin -->\nold\n<!-- paper-evaluation:end -->\nkept below\n")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    env.pop("TAG_TF_GNN_WEIGHTS", None)          # the quick run trains its own GNN for 3 searches
+    env.pop("TAG_TF_GNN_WEIGHTS", None)          # the shipped weights
+    env.pop("TAG_TF_GNN_WEIGHTS_MINUS", None)    # TAG--: trained here for 2 searches without the cnn
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "run", "all", "--quick", "--results", str(tmp_path),
                            "--markdown", str(md)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -39,6 +40,13 @@ def test_paper_harness_quick(tmp_path):
     assert len(generalisation["cases"]) == 3 and generalisation["per_model"]
     held_out = [int(c["topology"].split(":")[1]) for c in generalisation["cases"]]
     assert min(held_out) >= 10_000                # held-out seeds only (training draws random:0..N-1)
+    assert generalisation["weights"].endswith("tag_tf/search/weights/gnn.pt")
+    tag_minus = generalisation["held_out_model"]
+    assert tag_minus["model"] == "cnn" and tag_minus["weights_minus_meta"]["held_out_model"] == "cnn"
+    assert "cnn" not in tag_minus["weights_minus_meta"]["models"]
+    for preset in ("testbed", "cloud"):
+        row = tag_minus["presets"][preset]
+        assert row["tag"]["speedup_over_dp"] >= 1.0 and row["tag--"]["speedup_over_dp"] >= 1.0
     real = json.loads((tmp_path / "paper_real.json").read_text())
 
     assert real["quick"] and real["measured"] and not real["simulated"]
@@ -55,5 +63,5 @@ def test_paper_harness_quick(tmp_path):
     assert "kept above" in text and "kept below" in text and "\nold\n" not in text
     assert "Homogeneous cluster (QUICK" in text and "Planning overhead on unseen topologies (QUICK" in text
     assert "Sufficient factor broadcasting (QUICK" in text and "Real execution here (QUICK" in text
-    assert "Generalisation to unseen topologies (QUICK" in text
+    assert "Generalisation to unseen topologies (QUICK" in text and "TAG-- (QUICK" in text
     assert "QUICK smoke run" in text and (tmp_path / "plots" / "paper_iteration.png").is_file()

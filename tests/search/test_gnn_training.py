@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -11,8 +12,8 @@ import torch
 from conftest import analysis_of
 from tag_tf.errors import WeightsError
 from tag_tf.frontend.cli import main
-from tag_tf.search.gnn import GnnPrior, GraphFeatures, load_weights, save_weights, untrained
-from tag_tf.search.gnn_training import loss_on, samples_of, train_step
+from tag_tf.search.gnn import GnnPrior, GraphFeatures, load_weights, save_weights, shipped_weights, untrained
+from tag_tf.search.gnn_training import PAPER_MODELS, loss_on, samples_of, train_step
 from tag_tf.search.mcts import MIN_RECORD_VISITS, MctsOptions, candidate_actions, decision_order, mcts_search
 from tag_tf.sim.simulator import Simulator
 from tag_tf.topology.load import load_topology
@@ -72,10 +73,25 @@ def test_weights_round_trip_and_refusals(tmp_path):
         load_weights(str(tmp_path / "partial.pt"))
 
 
+def test_the_shipped_weights_and_what_made_them(monkeypatch):
+    monkeypatch.delenv("TAG_TF_GNN_WEIGHTS", raising=False)
+    path = shipped_weights()
+    assert path is not None and path.endswith(os.path.join("search", "weights", "gnn.pt"))
+    assert os.path.getsize(path) <= 20 * 2**20
+    _, meta = load_weights(path)
+    with open(os.path.join(os.path.dirname(path), "gnn.json")) as f:
+        provenance = json.load(f)
+    assert provenance["produced_by"] == meta["command"] and provenance["produced_by"].startswith("tag-tf train-gnn")
+    assert provenance["seed"] == meta["seed"] and provenance["data"]["searches"] == meta["searches"]
+    assert set(PAPER_MODELS) <= set(meta["models"]) and meta["topologies"] == "random:0..99"
+    monkeypatch.setenv("TAG_TF_GNN_WEIGHTS", "/elsewhere/w.pt")
+    assert shipped_weights() == "/elsewhere/w.pt"
+
+
 @pytest.mark.parametrize("topology", ["local:1", FORTY_EIGHT])
-def test_loaded_weights_give_finite_priors_on_1_and_48_devices(tmp_path, topology):
-    path = str(tmp_path / "w.pt")
-    save_weights(untrained(1), path)
+def test_the_shipped_weights_give_finite_priors_on_1_and_48_devices(monkeypatch, topology):
+    monkeypatch.delenv("TAG_TF_GNN_WEIGHTS", raising=False)
+    path = shipped_weights()
     net, _ = load_weights(path)
     _, a = analysis_of("mlp")
     topo = load_topology(topology)

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import analysis_of
 from tag_tf.search.baselines import BASELINES, baseline
-from tag_tf.search.mcts import MctsOptions, candidate_actions, mcts_search, puct_scores
+from tag_tf.search.mcts import MctsOptions, candidate_actions, mcts_search, mix_prior, puct_scores
 from tag_tf.sim.simulator import Simulator
 from tag_tf.strategy import Option, Strategy
 from tag_tf.topology.load import load_topology
@@ -43,7 +43,7 @@ def test_mcts_finds_the_enumerated_optimum_of_a_small_problem():
     topo = topology_from_dict(TWO_MACHINES)
     sim = Simulator(a, topo)
     assert sim.num_groups == 3
-    result = mcts_search(sim, topo, MctsOptions(budget_s=120, iterations=1500, seed=3, polish=False))
+    result = mcts_search(sim, topo, MctsOptions(budget_s=120, iterations=1500, seed=3, polish=False), prior="uniform")
     actions = candidate_actions(topo)
     rates = np.asarray(sim.device_rates())
     template = dataclasses.replace(baseline("horovod-p", 3, topo), shares=tuple(rates / rates.sum()))
@@ -54,6 +54,37 @@ def test_mcts_finds_the_enumerated_optimum_of_a_small_problem():
     assert result.iterations_to_beat_dp is not None and result.iterations <= 1500
 
 
+def test_the_root_is_swept_in_the_priors_order():
+    """Each root action (a whole-model plan: it fills every undecided group) is simulated once, the
+    prior's favourite first, before any is revisited; without the sweep a confident prior keeps
+    revisiting its favourite."""
+    _, a = analysis_of("mlp", num_groups=3)
+    topo = topology_from_dict(TWO_MACHINES)
+    sim = Simulator(a, topo)
+    k = len(candidate_actions(topo))
+    ranking = [int(i) for i in np.random.default_rng(5).permutation(k)]     # ranking[i]: i-th highest prior
+    p = np.empty(k)
+    p[ranking] = np.geomspace(1.0, 1e-6, k)
+
+    def roots_expanded(sweep: bool) -> list[int]:
+        expanded: list[tuple[int, ...]] = []
+
+        def prior(prefix, group, leaf):
+            expanded.append(prefix)
+            return p
+        mcts_search(sim, topo, MctsOptions(budget_s=60, iterations=k, seed=0, polish=False, heterog=False,
+                                           sweep_root=sweep), prior=prior)
+        return [pre[0] for pre in expanded if len(pre) == 1]
+
+    assert roots_expanded(True) == ranking
+    assert len(set(roots_expanded(False))) < k
+
+
+def test_a_learned_prior_keeps_a_uniform_share():
+    np.testing.assert_allclose(mix_prior(np.array([2.0, 0.0, 0.0, 0.0]), 0.5), [0.625, 0.125, 0.125, 0.125])
+    np.testing.assert_allclose(mix_prior(np.array([1.0, 3.0]), 0.0), [0.25, 0.75])
+
+
 def test_a_converged_search_ends_before_its_budget():
     """With patience the tree stops once its best plan has not improved for that long (or for as
     long as finding it took), far inside a 120 s budget; without, only the budget or the iteration
@@ -61,9 +92,9 @@ def test_a_converged_search_ends_before_its_budget():
     _, a = analysis_of("mlp", num_groups=3)
     topo = topology_from_dict(TWO_MACHINES)
     sim = Simulator(a, topo)
-    early = mcts_search(sim, topo, MctsOptions(budget_s=120, seed=3, polish=False, patience_s=0.2))
+    early = mcts_search(sim, topo, MctsOptions(budget_s=120, seed=3, polish=False, patience_s=0.2), prior="uniform")
     assert early.converged and early.iteration_time_s <= min(early.baselines.values())
-    capped = mcts_search(sim, topo, MctsOptions(budget_s=120, iterations=300, seed=3, polish=False))
+    capped = mcts_search(sim, topo, MctsOptions(budget_s=120, iterations=300, seed=3, polish=False), prior="uniform")
     assert not capped.converged and capped.iterations == 300
 
 
@@ -124,13 +155,17 @@ def test_plan_cli_json_and_round_trip(tmp_path, capsys):
                 "speedup_vs_best_baseline", "iterations_to_beat_dp", "time_to_beat_dp_s", "planning_time_s",
                 "simulations", "oom", "cost_sources"):
         assert key in report, key
-    assert report["search"] == "mcts" and report["iterations"] <= 300
+    assert report["search"] == "mcts" and report["iterations"] <= 300 and report["prior"] == "uniform"
     assert report["iteration_time_s"] <= min(v for v in report["baselines"].values() if v is not None)
     plan = Strategy.load(str(out))
     assert plan == Strategy.from_dict(report["strategy"])
     code = main(["simulate", "--model", "cnn", "--tiny", "--batch", "64", "--topology", "testbed", "--strategy", str(out), "--json"])
     assert code == 0
     assert json.loads(capsys.readouterr().out)["iteration_time_s"] == pytest.approx(report["iteration_time_s"])
+    # Without --prior, the shipped GNN guides the search.
+    assert main(["plan", "--model", "cnn", "--tiny", "--batch", "64", "--topology", "testbed", "--budget-s", "3",
+                 "--iterations", "40", "--no-sfb", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["prior"] == "gnn"
 
 
 @pytest.mark.parametrize("name", ["transformer", "bert-small"])

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tag_tf.errors import StrategyError
 from tag_tf.frontend.loading import add_cost_args, add_model_args, analysis_for, load, model_kwargs, stored_costs
+from tag_tf.search.priors import DEFAULT_PRIOR, PRIORS
 
 if TYPE_CHECKING:
     from tag_tf.frontend.planning import PlanCache
@@ -28,8 +29,9 @@ def register(sub) -> None:
     p.add_argument("--iterations", type=int, help="MCTS: stop after this many iterations (default: budget only)")
     p.add_argument("--search", choices=("mcts", "local"), default="mcts",
                    help="the strategy creator: MCTS (default) or the greedy local search")
-    p.add_argument("--prior", choices=("uniform", "gnn"), default="uniform",
-                   help="MCTS prior: uniform (pure MCTS; default until trained GNN weights ship) or the GNN")
+    p.add_argument("--prior", choices=PRIORS, default=DEFAULT_PRIOR,
+                   help="MCTS prior: gnn (the trained GNN shipped with tag_tf, or --weights; the default) or uniform "
+                        "(pure MCTS)")
     p.add_argument("--weights", help="GNN weights file for --prior gnn (default: $TAG_TF_GNN_WEIGHTS, else the "
                                      "shipped weights; `tag-tf train-gnn` writes one)")
     p.add_argument("--seed", type=int, default=0, help="MCTS seed (ties, GNN initialisation)")
@@ -114,7 +116,7 @@ def run(args) -> int:
                                                     or getattr(result, "fell_back", False)
                                                     or result.strategy.name.endswith("+sfb"))
     cached = None
-    if not local and args.search == "mcts" and args.prior == "uniform" and args.iterations is None:
+    if not local and args.search == "mcts" and args.prior == DEFAULT_PRIOR and args.iterations is None:
         # The same search `distribute(strategy="auto")` runs: a plan made ahead of time with this command
         # is the one training uses, unless the entry there already simulates at least as fast (a longer
         # search may have made it; the key holds no budget or seed).
