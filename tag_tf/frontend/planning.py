@@ -181,16 +181,15 @@ def search(sim: Simulator, topology: Topology, *, method: str = "mcts", options:
            prior: str | None = None,
            weights: str | None = None, sfb: bool = True) -> Search:
     """The strategy creator, as `auto` and `tag-tf plan` both run it: MCTS (`options`: MctsOptions;
-    `prior`: search.priors.DEFAULT_PRIOR, the shipped GNN, unless given) or the greedy local search ("local", for the
-    same budget), then (`sfb`) sufficient factor broadcasting where it simulates faster.
+    `prior`: by default search.priors.default_prior, the shipped GNN unless every device is a CPU)
+    or the greedy local search ("local", for the same budget), then (`sfb`) sufficient factor
+    broadcasting where it simulates faster.
 
     `options.budget_s` bounds the whole: with SFB, the search has SFB_SHARE of it less and SFB
     what the search left; past the budget, SFB keeps what it has solved."""
     from tag_tf.search.mcts import MctsOptions, mcts_search
-    from tag_tf.search.priors import DEFAULT_PRIOR
 
     options = options if options is not None else MctsOptions()
-    prior = prior or DEFAULT_PRIOR
     deadline = time.perf_counter() + options.budget_s
     if sfb:
         options = dataclasses.replace(options, budget_s=options.budget_s * (1.0 - SFB_SHARE))
@@ -218,7 +217,7 @@ def search(sim: Simulator, topology: Topology, *, method: str = "mcts", options:
 def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None = None, calibration: Any = "default",
                 costs: StoredCosts | None = None, sfb: bool = True, sim: Simulator | None = None) -> Strategy:
     """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds:
-    the strategy creator's MCTS (guided by the shipped GNN), polished by the local
+    the strategy creator's MCTS (guided by the shipped GNN on GPU clusters), polished by the local
     search's moves, then (`sfb`) sufficient factor broadcasting where it simulates faster; never
     slower (simulated) than the best baseline. Shows a progress bar on terminals. With no `budget_s`
     the search ends early once it has converged (DEFAULT_PATIENCE_S); a given budget bounds the search and

@@ -273,7 +273,7 @@ def default_network(weights: str | None = None, seed: int = 0) -> StrategyGNN:
 
 
 def untrained(seed: int = 0) -> StrategyGNN:
-    """A freshly initialised network (deterministic for a seed): until trained weights ship."""
+    """A freshly initialised network (deterministic for a seed): where training starts."""
     gen = torch.random.fork_rng()
     with gen:
         torch.manual_seed(seed)

@@ -37,7 +37,7 @@ from tag_tf.search.heterog import heterog_search
 from tag_tf.search.moves import (Deadline, Evaluator, _progress, candidate_device_sets, coupled_blocks, improve,
                                  tune_fusion)
 from tag_tf.search.outcome import BaselineComparison
-from tag_tf.search.priors import DEFAULT_PRIOR, PRIORS
+from tag_tf.search.priors import PRIORS, default_prior
 from tag_tf.search.refine import refine
 from tag_tf.search.shares import ShareSolver
 from tag_tf.strategy import GroupPlan, Option, Strategy
@@ -147,10 +147,11 @@ def decision_order(analysis: Analysis) -> list[int]:
 
 
 def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsOptions(), *,
-                prior: str | PriorFn = DEFAULT_PRIOR, weights: str | None = None,
+                prior: str | PriorFn | None = None, weights: str | None = None,
                 record: list[VisitRecord] | None = None) -> MctsResult:
     """Plan `sim`'s graph on `topology` by MCTS (see the module doc). `prior` is "gnn" (the
-    heterogeneous GNN, mixed with the uniform prior at `options.prior_mix`), "uniform" (pure MCTS) or a
+    heterogeneous GNN, mixed with the uniform prior at `options.prior_mix`), "uniform" (pure MCTS),
+    None (priors.default_prior: the GNN unless every device is a CPU) or a
     callable `prior(prefix, group, leaf)` giving the probabilities of the actions for `group` after
     the decisions `prefix`; `leaf` is the SimReport of the vertex's leaf plan (runtime feedback),
     None at the root or when it did not run. `weights`: the GNN's weights file (default: the
@@ -182,6 +183,8 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
     shares = tuple(float(x) for x in rates / rates.sum()) if rates.sum() > 0 and np.all(rates > 0) else None
     template = dataclasses.replace(fixed["horovod-p"], name="mcts", shares=shares)
     uniform = np.full(len(actions), 1.0 / len(actions))
+    if prior is None:
+        prior = default_prior(d.type for d in topology.devices)
     prior_name = prior if isinstance(prior, str) else getattr(prior, "name", "custom")
     prior_fn: PriorFn | None
     if prior == "uniform":
@@ -358,5 +361,5 @@ def _first_play(vertex: _Vertex) -> float:
     return float(vertex.w.sum() / total) if total > 0 else 0.0
 
 
-__all__ = ["C_PUCT", "DEFAULT_PRIOR", "PRIORS", "MctsOptions", "MctsResult", "VisitRecord", "balance_shares", "candidate_actions",
+__all__ = ["C_PUCT", "PRIORS", "MctsOptions", "MctsResult", "VisitRecord", "balance_shares", "candidate_actions",
            "decision_order", "mcts_search", "mix_prior", "puct_scores"]

@@ -41,7 +41,7 @@ def test_paper_harness_quick(tmp_path):
     held_out = [int(c["topology"].split(":")[1]) for c in generalisation["cases"]]
     assert min(held_out) >= 10_000                # held-out seeds only (training draws random:0..N-1)
     assert generalisation["weights"].endswith("tag_tf/search/weights/gnn.pt")
-    tag_minus = generalisation["held_out_model"]
+    tag_minus = generalisation["held_out_models"]["cnn"]
     assert tag_minus["model"] == "cnn" and tag_minus["weights_minus_meta"]["held_out_model"] == "cnn"
     assert "cnn" not in tag_minus["weights_minus_meta"]["models"]
     for preset in ("testbed", "cloud"):

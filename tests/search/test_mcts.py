@@ -80,6 +80,18 @@ def test_the_root_is_swept_in_the_priors_order():
     assert len(set(roots_expanded(False))) < k
 
 
+def test_the_gnn_plans_gpu_clusters_and_pure_mcts_cpu_ones():
+    from tag_tf.search.priors import default_prior
+
+    assert default_prior(["cpu", "cpu"]) == "uniform" and default_prior(["cpu", "V100-32GB"]) == "gnn"
+    _, a = analysis_of("mlp", num_groups=3)
+    for topology, prior in (("local:2", "uniform"), (TWO_MACHINES, "gnn")):
+        topo = load_topology(topology) if isinstance(topology, str) else topology_from_dict(topology)
+        result = mcts_search(Simulator(a, topo), topo, MctsOptions(budget_s=30, iterations=5, polish=False,
+                                                                  heterog=False))
+        assert result.prior == prior
+
+
 def test_a_learned_prior_keeps_a_uniform_share():
     np.testing.assert_allclose(mix_prior(np.array([2.0, 0.0, 0.0, 0.0]), 0.5), [0.625, 0.125, 0.125, 0.125])
     np.testing.assert_allclose(mix_prior(np.array([1.0, 3.0]), 0.0), [0.25, 0.75])
@@ -166,6 +178,9 @@ def test_plan_cli_json_and_round_trip(tmp_path, capsys):
     assert main(["plan", "--model", "cnn", "--tiny", "--batch", "64", "--topology", "testbed", "--budget-s", "3",
                  "--iterations", "40", "--no-sfb", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["prior"] == "gnn"
+    assert main(["plan", "--model", "cnn", "--tiny", "--batch", "64", "--topology", "testbed", "--prior", "uniform",
+                 "--weights", str(tmp_path / "w.pt"), "--json"]) != 0
+    assert "--weights is for the GNN prior" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["transformer", "bert-small"])

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tag_tf.errors import StrategyError
 from tag_tf.frontend.loading import add_cost_args, add_model_args, analysis_for, load, model_kwargs, stored_costs
-from tag_tf.search.priors import DEFAULT_PRIOR, PRIORS
+from tag_tf.search.priors import PRIORS
 
 if TYPE_CHECKING:
     from tag_tf.frontend.planning import PlanCache
@@ -29,9 +29,9 @@ def register(sub) -> None:
     p.add_argument("--iterations", type=int, help="MCTS: stop after this many iterations (default: budget only)")
     p.add_argument("--search", choices=("mcts", "local"), default="mcts",
                    help="the strategy creator: MCTS (default) or the greedy local search")
-    p.add_argument("--prior", choices=PRIORS, default=DEFAULT_PRIOR,
-                   help="MCTS prior: gnn (the trained GNN shipped with tag_tf, or --weights; the default) or uniform "
-                        "(pure MCTS)")
+    p.add_argument("--prior", choices=PRIORS,
+                   help="MCTS prior: gnn (the trained GNN shipped with tag_tf, or --weights) or uniform (pure MCTS); "
+                        "default: gnn, or uniform where every device is a CPU (as distribute's auto)")
     p.add_argument("--weights", help="GNN weights file for --prior gnn (default: $TAG_TF_GNN_WEIGHTS, else the "
                                      "shipped weights; `tag-tf train-gnn` writes one)")
     p.add_argument("--seed", type=int, default=0, help="MCTS seed (ties, GNN initialisation)")
@@ -87,16 +87,17 @@ def run(args) -> int:
         raise StrategyError(f"--budget-s must not be negative, got {args.budget}")
     if args.patience is not None and not args.patience > 0:
         raise StrategyError(f"--patience-s must be positive, got {args.patience}")
-    if args.search == "mcts" and args.weights and args.prior != "gnn":
-        raise StrategyError("--weights is for the GNN prior: add --prior gnn")
-    found = search(sim, topology, method=args.search, prior=args.prior, weights=args.weights, sfb=args.sfb,
+    if args.search == "mcts" and args.weights and args.prior == "uniform":
+        raise StrategyError("--weights is for the GNN prior, not --prior uniform")
+    prior = "gnn" if args.weights and args.prior is None else args.prior
+    found = search(sim, topology, method=args.search, prior=prior, weights=args.weights, sfb=args.sfb,
                    options=MctsOptions(budget_s=args.budget, iterations=args.iterations, seed=args.seed,
                                        progress=not args.json, patience_s=args.patience))
     result, simulations, seconds = found.result, found.simulations, found.seconds
     search_info: dict[str, Any]
     if args.search == "mcts":
         mcts = cast("MctsResult", result)
-        search_info = {"search": "mcts", "prior": args.prior, "seed": args.seed, "iterations": mcts.iterations,
+        search_info = {"search": "mcts", "prior": mcts.prior, "seed": args.seed, "iterations": mcts.iterations,
                        "iterations_to_beat_dp": mcts.iterations_to_beat_dp,
                        "time_to_beat_dp_s": mcts.time_to_beat_dp_s,
                        "fell_back_to_baseline": mcts.fell_back, "converged": mcts.converged}
@@ -116,7 +117,7 @@ def run(args) -> int:
                                                     or getattr(result, "fell_back", False)
                                                     or result.strategy.name.endswith("+sfb"))
     cached = None
-    if not local and args.search == "mcts" and args.prior == DEFAULT_PRIOR and args.iterations is None:
+    if not local and args.search == "mcts" and prior is None and args.iterations is None:
         # The same search `distribute(strategy="auto")` runs: a plan made ahead of time with this command
         # is the one training uses, unless the entry there already simulates at least as fast (a longer
         # search may have made it; the key holds no budget or seed).
