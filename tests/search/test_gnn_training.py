@@ -27,7 +27,8 @@ def records_for(name: str, topology: str | dict, iterations: int = 64):
     topo = load_topology(topology)
     sim = Simulator(a, topo)
     records = []
-    mcts_search(sim, topo, MctsOptions(budget_s=60, iterations=iterations, polish=False, heterog=False), record=records)
+    mcts_search(sim, topo, MctsOptions(budget_s=60, iterations=iterations, polish=False, heterog=False),
+                prior="uniform", record=records)
     features = GraphFeatures(sim, topo, candidate_actions(topo), decision_order(a))
     return a, records, features
 
