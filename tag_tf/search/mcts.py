@@ -254,10 +254,11 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
             path: list[tuple[_Vertex, int]] = []
             while True:
                 vertex = table[prefix]
-                q = np.where(vertex.n > 0, vertex.w / np.maximum(vertex.n, 1), _first_play(vertex))
-                scores = puct_scores(q, vertex.n, vertex.prior, options.c_puct)
                 if not prefix and options.sweep_root and not vertex.n.all():
-                    scores = np.where(vertex.n == 0, vertex.prior, -np.inf)
+                    scores = np.where(vertex.n == 0, vertex.prior, -np.inf)      # the root's sweep
+                else:
+                    q = np.where(vertex.n > 0, vertex.w / np.maximum(vertex.n, 1), _first_play(vertex))
+                    scores = puct_scores(q, vertex.n, vertex.prior, options.c_puct)
                 top = np.flatnonzero(scores >= scores.max() - 1e-12)
                 a = int(top[rng.integers(len(top))]) if len(top) > 1 else int(top[0])
                 path.append((vertex, a))
