@@ -139,5 +139,7 @@ def set_attr(node: Any, key: str, kind: str, value: Any) -> None:
         attr.b = bool(value)
     elif kind == "s":
         attr.s = value.encode() if isinstance(value, str) else value
+    elif kind == "list_int":
+        attr.list.i.extend(int(v) for v in value)
     else:
         raise ValueError(f"unknown attr kind {kind!r}")

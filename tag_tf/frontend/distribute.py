@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tag_tf.errors import TagError, VerificationError
+from tag_tf.errors import ClusterError, TagError, VerificationError
 from tag_tf.frontend.planning import PLANNED, Plan, check_request, request_key, resolve_strategy, stored_costs_for
-from tag_tf.frontend.program import GraphInfo, Program, Runner, capture
+from tag_tf.frontend.program import GraphInfo, Program, Runner, TaskStep, capture, graph_digest
 from tag_tf.frontend.session_patch import bypass, install, uninstall
 from tag_tf.frontend.session_values import read_variables, synthetic_batch, write_variables
 from tag_tf.frontend.target import Target, resolve_target
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tag_tf.distribute")
 
 FALLBACKS = ("error", "single")
+BETWEEN = "between-graph"
 VERIFY_STEPS = 2
 VERIFY_TOLERANCE = 1e-4
 
@@ -144,6 +145,7 @@ class Distribution:
         self._fallen_back: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
         self._active = False
         self._log_handler: logging.Handler | None = None
+        self._from_chief: list[dict] = []      # plans the chief sent that no graph has used yet
 
     # -- context / decorator -----------------------------------------------------------------------
     def __enter__(self) -> "Distribution":
@@ -199,9 +201,30 @@ class Distribution:
             self.target = dataclasses.replace(self.target, local_server=self._server.target)
             roles.wait_for_tasks(role)
             return
-        code = roles.serve_until_done(role, self._server)
-        log.info("tag_tf: task %d: the chief ended the run", role.task)
-        raise SystemExit(code)
+        message = self._chief_plan(role)
+        from tag_tf.topology.parse import topology_from_dict
+        from tag_tf.frontend.target import cluster_target
+
+        # The chief's topology: every task compiles for the same devices (no discovery here).
+        topology = topology_from_dict(message["topology"], source="the chief's plan")
+        self.target = dataclasses.replace(cluster_target(topology, role.spec, role), local_server=self._server.target)
+        self._from_chief.append(message)
+        roles.serve_at_exit(role, self._server)     # the chief may still use this server after our script ends
+
+    def _chief_plan(self, role: Role) -> dict:
+        """On a task other than the chief: the chief's plan for the next graph it compiles; the
+        process ends here (as a serving task did before) when the chief drives every step itself or
+        ends the run."""
+        from tag_tf.runtime import roles
+
+        code, message = roles.wait_for_plan(role, self._server)
+        if message is None:
+            log.info("tag_tf: task %d: the chief ended the run", role.task)
+            raise SystemExit(code)
+        if message["mode"] != BETWEEN:
+            log.info("tag_tf: task %d serves; the chief drives every step (%s)", role.task, message["reason"])
+            raise SystemExit(roles.serve_until_done(role, self._server))
+        return message
 
     def __call__(self, func: Callable) -> Callable:
         """As a decorator: every call runs in a fresh context with the same options."""
@@ -267,18 +290,23 @@ class Distribution:
                         return original(sess, None, targets, fetches, feeds, options, run_metadata)
                     state.runner = self._migrate(sess, program, state)
         program = state.runner.program
+        if state.runner.step is not None and not self.target.role.is_chief and any(n in info.saves for n in names):
+            skipped = _skip_save(fetches, feeds)
+            if skipped is not None:
+                return skipped
         if roots and program.ir.training_updates() and not program.covers(roots):
             raise TagError(f"fetching {roots[0]!r} runs training updates (optimizer ops or writes of "
                            f"gradient-derived values) outside the train op tag_tf compiled "
                            f"({program.ir.meta.train_op!r}); a graph trains through one train op: group all "
                            f"of them into one (tf.group) and fetch it from the first training run (separate "
                            f"accumulate and apply runs are not supported)")
-        return self._run(state.runner, targets, fetches, feeds, options, run_metadata)
+        return self._run(state.runner, targets, fetches, feeds, options, run_metadata, bool(roots))
 
     @staticmethod
-    def _run(runner: Runner, targets: list, fetches: list, feeds: dict, options: Any, run_metadata: Any) -> list:
+    def _run(runner: Runner, targets: list, fetches: list, feeds: dict, options: Any, run_metadata: Any,
+             training: bool) -> list:
         t, f, fd = _by_name(targets, fetches, feeds)
-        return runner.run(t, f, fd, options, run_metadata)
+        return runner.run(t, f, fd, options, run_metadata, training=training)
 
     def _state(self, sess: Any) -> SessionState:
         state = self._sessions.get(sess)
@@ -328,20 +356,32 @@ class Distribution:
         check_compilable(analysis.graph)   # before planning: a refusal leaves no cached plan
         target = self.target
         target.check()                     # an unreachable cluster fails here, naming the task
-        costs = None
-        if request_key(self.options["strategy"]) in PLANNED:     # only planning reads the profile database
-            costs = stored_costs_for(analysis, target.topology, os.path.join(ctx.options.cache_root(), "profiles"))
-        plan = resolve_strategy(analysis, target.topology, self.options["strategy"],
-                                cache_dir=ctx.options.cache_root(),
-                                budget_s=self._search_budget(start),
-                                calibration=self.options["calibration"], costs=costs, sfb=self.options["sfb"])
-        compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices,
-                                    fetches=[f for f in fetches if f.rpartition(":")[0] in ir],
-                                    run_ops=[r for r in roots if r in ir],
+        role = target.role
+        message = None
+        if role is not None and not role.is_chief:
+            message = self._from_chief.pop(0) if self._from_chief else self._chief_plan(role)
+            plan, fetches, roots = self._chiefs_choice(message, ir.fingerprint)
+        else:
+            costs = None
+            if request_key(self.options["strategy"]) in PLANNED:     # only planning reads the profile database
+                costs = stored_costs_for(analysis, target.topology,
+                                         os.path.join(ctx.options.cache_root(), "profiles"))
+            plan = resolve_strategy(analysis, target.topology, self.options["strategy"],
+                                    cache_dir=ctx.options.cache_root(),
+                                    budget_s=self._search_budget(start),
+                                    calibration=self.options["calibration"], costs=costs, sfb=self.options["sfb"])
+        fetches = [f for f in fetches if f.rpartition(":")[0] in ir]
+        roots = [r for r in roots if r in ir]
+        compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices, fetches=fetches, run_ops=roots,
                                     check=True)    # postconditions run, not only documented: DAG, fetches' shapes
-        if self.options["verify"]:
+        if message is not None and graph_digest(compiled.graph_def) != message["digest"]:
+            raise ClusterError(f"task {role.task} compiled another graph than the chief from the same plan (graph "
+                               f"{ir.fingerprint}): every task must build the same graph and feed batches of "
+                               f"the same size")
+        if self.options["verify"] and message is None:       # the chief verifies for every task
             self._verify(analysis, compiled, feeds)
         program = Program(ir, analysis, compiled, plan, target)
+        program.first_run = (fetches, roots)
         self._graphs[graph] = (info, program)
         self.plans.append(plan)
         self.programs.append(program)
@@ -379,8 +419,17 @@ class Distribution:
     # -- moving state between sessions -------------------------------------------------------------
     def _migrate(self, sess: Any, program: Program, state: SessionState) -> Runner:
         """Start a compiled session for `sess`: replay iterator/table initialisations, then copy every
-        initialised variable's value from the user's session into all its copies."""
-        runner = Runner(program, self.target.session(program.graph, getattr(sess, "_config", None)))
+        initialised variable's value from the user's session into all its copies. In a cluster, the
+        chief then tells the other tasks whether each drives its own part of every step."""
+        user_config = getattr(sess, "_config", None)
+        runner = Runner(program, self.target.session(program.graph, user_config))
+        role = self.target.role
+        if role is not None and not role.is_chief:
+            # The chief has loaded every copy (this task's too) before sending the plan.
+            state.replay.clear()
+            runner.step = self._task_step(program, role.task, user_config)
+            log.info("tag_tf: task %d drives its own part of each step (between-graph)", role.task)
+            return runner
         with bypass():
             for targets, fetches, feeds in state.replay:
                 runner.run(targets, fetches, feeds)
@@ -390,7 +439,59 @@ class Distribution:
         missing = sorted(set(program.ir.variables) - set(values))
         if missing:
             log.info("tag_tf: variables not initialised yet, left for their initialiser: %s", ", ".join(missing))
+        if role is not None and len(role.spec.tasks) > 1:
+            runner.step = self._share_plan(program, role, user_config)
         return runner
+
+    # -- between-graph execution (one script on every task) ----------------------------------------
+    def _share_plan(self, program: Program, role: Role, user_config: Any) -> TaskStep | None:
+        """On the chief: tell every other task this program's plan, and whether each task drives its own
+        part of every step (between-graph; returns the chief's part) or the chief drives them all."""
+        from tag_tf.compiler.localize import NotLocal
+        from tag_tf.runtime import roles
+
+        reason, step = "", None
+        if roles.chief_drives(role):
+            reason = "an earlier graph of this run was driven by the chief"
+        elif os.environ.get("TAG_TF_BETWEEN_GRAPH", "1") == "0":
+            reason = "TAG_TF_BETWEEN_GRAPH=0"
+        else:
+            try:
+                step = self._task_step(program, role.task, user_config)
+            except NotLocal as e:
+                reason = str(e)
+        fetches, roots = program.first_run
+        message = {"mode": BETWEEN if step is not None else "chief", "reason": reason, "graph": program.ir.fingerprint,
+                   "strategy": program.plan.strategy.to_dict(), "topology": program.target.topology.to_dict(),
+                   "fetches": fetches, "run_ops": roots, "digest": graph_digest(program.compiled.graph_def)}
+        if step is None:
+            roles.set_chief_drives(role)
+            log.info("tag_tf: the chief drives every step on every task (%s)", reason)
+        else:
+            log.info("tag_tf: every task drives its own part of each step (between-graph)")
+        roles.send_plan(role, message)
+        return step
+
+    def _task_step(self, program: Program, task: int, user_config: Any) -> TaskStep:
+        """This task's own part of every training step (NotLocal when the plan has edges between
+        tasks that only a single driver can run)."""
+        from tag_tf.compiler.compile import instance_key_base
+        from tag_tf.compiler.localize import localize
+
+        c = program.compiled
+        parts = localize(c.graph_def, list(c.fetch_tensors.values()), list(c.run_ops.values()), c.instances,
+                         instance_key_base(program.analysis, program.plan.strategy, c.devices))
+        return TaskStep(parts[task], lambda graph: self.target.task_session(graph, task, user_config))
+
+    def _chiefs_choice(self, message: dict, fingerprint: str) -> tuple[Plan, list[str], list[str]]:
+        """On a task other than the chief: the chief's plan for this graph, with its first run."""
+        from tag_tf.strategy import Strategy
+
+        if message["graph"] != fingerprint:
+            raise ClusterError(f"task {self.target.role.task} trains graph {fingerprint} but the chief trains graph "
+                               f"{message['graph']}: every task must run the same script and build the same graph")
+        strategy = Strategy.from_dict(message["strategy"], source="the chief's plan")
+        return Plan(strategy, "chief"), list(message["fetches"]), list(message["run_ops"])
 
     def _sync_back(self, sess: Any, runner: Runner) -> list[str]:
         """Leaving the context with the user's session still open: give it the trained values, so code
@@ -408,6 +509,28 @@ class Distribution:
 def _by_name(targets: Sequence[Any], fetches: Sequence[Any], feeds: Mapping[Any, Any]
              ) -> tuple[list[str], list[str], dict[str, Any]]:
     return [op.name for op in targets], [t.name for t in fetches], _feeds_by_name(feeds)
+
+
+def _skip_save(fetches: Sequence[Any], feeds: Mapping[Any, Any]) -> list[Any] | None:
+    """On a task other than the chief, a Saver's save run returns the path it was given without
+    writing: the chief writes the checkpoint (tasks share one trained state), and two tasks writing
+    one path would corrupt it. None when the run is not a plain save (it then runs as asked)."""
+    by_name = _feeds_by_name(feeds)
+    values = []
+    for t in fetches:
+        if t.op.type != "Identity" or t.op.inputs[0].name not in by_name:
+            return None
+        value = by_name[t.op.inputs[0].name]
+        value = value.item() if isinstance(value, np.ndarray) else value
+        values.append(value.encode() if isinstance(value, str) else value)     # as TensorFlow returns strings
+    for value in values:
+        # The Saver then writes its checkpoint list beside the checkpoint: where the save would have
+        # made the directory, make it (this task's file system may be its own).
+        path = value.decode() if isinstance(value, bytes) else str(value)
+        if os.path.dirname(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+    log.info("tag_tf: task's checkpoint save skipped (the chief writes it)")
+    return values
 
 
 def _readable_restore(feeds: Mapping[Any, Any], prefixes: frozenset[str]) -> Mapping[Any, Any]:

@@ -43,6 +43,7 @@ class GraphInfo:
     batch_dependent: frozenset[str] = frozenset()   # ops downstream of a batch source (inference runs)
     restores: frozenset[str] = frozenset()          # ops downstream of a checkpoint read (RestoreV2)
     restore_prefixes: frozenset[str] = frozenset()  # tensors naming the checkpoint a RestoreV2 reads
+    saves: frozenset[str] = frozenset()             # ops downstream of a checkpoint write (SaveV2)
 
     @staticmethod
     def of(graph: Any) -> "GraphInfo":
@@ -76,10 +77,11 @@ class GraphInfo:
             queue = downstream(op.name for op in ops if op.type.startswith(("QueueEnqueue", "QueueDequeue")))
         sources = (op.name for op in ops if op.type in _BATCH_SOURCES and op.outputs and op.outputs[0].shape.rank)
         restores = [op for op in ops if op.type in ("RestoreV2", "Restore", "RestoreSlice")]
+        saves = (op.name for op in ops if op.type in ("SaveV2", "Save", "SaveSlices", "MergeV2Checkpoints"))
         return GraphInfo(graph.version, updates, downstream(updates), collection,
                          downstream(op.name for op in ops if op.type in _STATE_INIT_OPS), queue,
                          downstream(sources), downstream(op.name for op in restores),
-                         frozenset(op.inputs[0].name for op in restores))
+                         frozenset(op.inputs[0].name for op in restores), downstream(saves))
 
     def training_roots(self, names: Sequence[str]) -> list[str]:
         """The fetched ops that make a run a training run (GraphError for a TRAIN_OP op that trains
@@ -156,6 +158,9 @@ class Program:
         self._ops: dict[str, str] = dict(compiled.run_ops)
         self._covered: dict[frozenset[str], bool] = {}
         self._lock = threading.Lock()
+        # The fetches and ops of the first training run, by original name (what every task's
+        # between-graph part computes).
+        self.first_run: tuple[list[str], list[str]] = ([], [])
 
     # -- names -------------------------------------------------------------------------------
     def _known(self, op: str, what: str) -> None:
@@ -222,6 +227,13 @@ class Program:
             return names
 
 
+def graph_digest(graph_def: Any) -> str:
+    """Content digest of a GraphDef (tasks compare theirs with the chief's)."""
+    import hashlib
+
+    return hashlib.sha256(graph_def.SerializeToString(deterministic=True)).hexdigest()[:16]
+
+
 def add_nodes(graph: Any, nodes: Sequence[Any]) -> None:
     """Add compiler-made NodeDefs to a live graph, wired to its existing ops by name.
     (import_graph_def cannot remap control inputs on ops without outputs, so create ops directly.)"""
@@ -238,15 +250,53 @@ def add_nodes(graph: Any, nodes: Sequence[Any]) -> None:
 # =============================================================================================
 # One user session running on a Program
 # =============================================================================================
-class Runner:
-    """Runs original ops/tensors of one user session on its compiled session."""
+class TaskStep:
+    """This task's own part of every training step (between-graph execution, `compiler.localize`):
+    its graph, run by a session that sees this task's devices only. Every step also runs `always`,
+    the cross-task sums the other tasks wait for."""
 
-    def __init__(self, program: Program, session: Any):
-        self.program = program
-        self.session = session
+    def __init__(self, task_graph: Any, session_for: Any):
+        from tag_tf.runtime.sessions import import_graph
+
+        self.task = task_graph.task
+        self.graph = import_graph(task_graph.graph_def)
+        self.session = session_for(self.graph)
+        self.tensors, self.ops = task_graph.tensors, task_graph.ops
+        self.always = [self.graph.get_operation_by_name(n) for n in task_graph.always]
+        self._feedable = frozenset(n.name for n in task_graph.graph_def.node)
 
     def run(self, targets: Sequence[str], fetches: Sequence[str], feeds: Mapping[str, Any],
-            options: Any = None, run_metadata: Any = None) -> list[Any]:
+            options: Any, run_metadata: Any) -> list[Any]:
+        """Run compiled ops `targets`, fetch compiled tensors `fetches` (unique names), feed compiled
+        tensors `feeds` (those this task's part does not read are left out)."""
+        missing = [n for n in fetches if n not in self.tensors] + [o for o in targets if o not in self.ops]
+        if missing:
+            raise CompileError(f"between-graph execution: a training run fetches {missing[0]!r}, which was not "
+                               f"fetched by the first training run; every task computes the values of the first "
+                               f"training run's fetches (fetch it there too)")
+        g = self.graph
+        feed = {g.get_tensor_by_name(n).ref(): v for n, v in feeds.items() if n.rpartition(":")[0] in self._feedable}
+        ops = list(dict.fromkeys([*(g.get_operation_by_name(o) for o in targets), *self.always]))
+        return original_do_run(self.session, None, ops, [g.get_tensor_by_name(n) for n in fetches], feed, options,
+                               run_metadata)
+
+    def close(self) -> None:
+        from tag_tf.runtime.sessions import close_within
+
+        close_within(self.session.close, "this task's step session")
+
+
+class Runner:
+    """Runs original ops/tensors of one user session on its compiled session; training runs on
+    `step` when this task drives its own part of each step (between-graph execution)."""
+
+    def __init__(self, program: Program, session: Any, step: TaskStep | None = None):
+        self.program = program
+        self.session = session
+        self.step = step
+
+    def run(self, targets: Sequence[str], fetches: Sequence[str], feeds: Mapping[str, Any],
+            options: Any = None, run_metadata: Any = None, training: bool = False) -> list[Any]:
         """Run original ops `targets` and fetch original tensors `fetches` (values in that order).
 
         `options`/`run_metadata` are the serialized buffers `BaseSession._do_run` receives: the
@@ -256,14 +306,18 @@ class Runner:
         p = self.program
         names = [p.tensor(t) for t in fetches]
         unique = list(dict.fromkeys(names))          # tf.Tensors are not hashable: dedupe by name
-        target_ops = [p.graph.get_operation_by_name(o) for o in dict.fromkeys(p.op(o) for o in targets)]
+        op_names = list(dict.fromkeys(p.op(o) for o in targets))
         for name, value in feeds.items():
             p.check_batch(name, value)
-        feed = {p.feed_obj(name).ref(): value for name, value in feeds.items()}
         try:
-            values = original_do_run(self.session, None, target_ops,
-                                     [p.graph.get_tensor_by_name(n) for n in unique], feed, options,
-                                     run_metadata)
+            if training and self.step is not None:
+                values = self.step.run(op_names, unique, {p.feed(n): v for n, v in feeds.items()}, options,
+                                       run_metadata)
+            else:
+                feed = {p.feed_obj(name).ref(): value for name, value in feeds.items()}
+                values = original_do_run(self.session, None, [p.graph.get_operation_by_name(o) for o in op_names],
+                                         [p.graph.get_tensor_by_name(n) for n in unique], feed, options,
+                                         run_metadata)
         except tf.errors.OpError as e:
             if p.target.cluster is not None and isinstance(e, (tf.errors.UnavailableError,
                                                               tf.errors.DeadlineExceededError)):
@@ -275,6 +329,8 @@ class Runner:
     def close(self) -> None:
         from tag_tf.runtime.sessions import close_within
 
+        if self.step is not None:
+            self.step.close()
         if self.program.target.cluster is None:
             self.session.close()
         else:       # never stuck on a dead task: a run that lost one has already named it

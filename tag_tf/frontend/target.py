@@ -86,6 +86,18 @@ class Target:
         sess._tag_tf_internal = True      # our own session: the patch passes it straight through
         return sess
 
+    def task_session(self, graph: Any, task: int, user_config: Any = None) -> Any:
+        """A session on this process's server that sees task `task`'s devices only (its own part
+        of each step: it never waits for, or disturbs, another task's master)."""
+        import tensorflow as tf
+
+        config = self.config(user_config)
+        assert self.cluster is not None, "a task session needs a cluster"
+        config.device_filters.append(f"/job:{self.cluster.job}/replica:0/task:{task}")
+        sess = tf.compat.v1.Session(self.session_target, graph=graph, config=config)
+        sess._tag_tf_internal = True
+        return sess
+
     def explain(self, error: Exception) -> Exception:
         """A TF error from a cluster run turned into a ClusterError naming a dead task, if any."""
         if self.cluster is not None and self.cluster.unreachable():

@@ -13,7 +13,10 @@ runs a TensorFlow server, and
   named, and the task exits with status 1 instead of waiting forever.
 
 The end-of-run signal is a queue on each task's own CPU, shared by name across sessions: the
-chief enqueues one token on every task when it leaves `distribute`.
+chief enqueues one token on every task when it leaves `distribute`. A second queue carries the
+chief's word on each graph it compiles (`send_plan` / `wait_for_plan`): its plan, so that every task
+compiles the same graph and drives its own part of each step (between-graph execution), or that the
+chief drives every step itself and the task only serves.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from tag_tf.runtime.sessions import close_within
 
 ROLE_ORDER = ("chief", "master", "worker", "ps")     # machine order; "evaluator" takes no part
 DONE_QUEUE = "tag_tf_run_done"
+PLAN_QUEUE = "tag_tf_plans"
 CHIEF_GRACE_S = 30.0          # how long a task tolerates an unreachable chief ($TAG_TF_CHIEF_GRACE_S)
 POLL_S = 2.0
 
@@ -125,6 +129,34 @@ def is_resolver(obj: Any) -> bool:
 # called twice, Estimator train then predict) reuse it, and the chief ends the run when its process
 # ends. This registry is process state by nature, not configuration.
 _JOINED: dict[tuple[tuple[str, ...], int], Any] = {}
+# Clusters whose chief has told its tasks to serve (they never listen for another plan).
+_CHIEF_DRIVEN: set[tuple[str, ...]] = set()
+_SERVING_AT_EXIT: set[tuple[tuple[str, ...], int]] = set()
+_PLAN_SENDERS: dict[tuple[str, ...], tuple[Any, Any, dict[int, Any]]] = {}
+
+
+def chief_drives(role: Role) -> bool:
+    return role.spec.tasks in _CHIEF_DRIVEN
+
+
+def set_chief_drives(role: Role) -> None:
+    _CHIEF_DRIVEN.add(role.spec.tasks)
+
+
+def serve_at_exit(role: Role, server: Any) -> None:
+    """A task that runs the script too keeps serving when it ends, until the chief ends the run
+    (the chief may still read this task's variables); the process then exits with that status."""
+    key = (role.spec.tasks, role.task)
+    if key in _SERVING_AT_EXIT:
+        return
+    _SERVING_AT_EXIT.add(key)
+
+    def serve() -> None:
+        code = serve_until_done(role, server)
+        if code:
+            sys.stdout.flush()
+            os._exit(code)
+    atexit.register(serve)
 
 
 def join(role: Role) -> Any:
@@ -174,25 +206,39 @@ def _done_queue(tf: Any, task: int, job: str) -> Any:
         return tf.queue.FIFOQueue(1 << 10, [tf.int32], shapes=[[]], shared_name=DONE_QUEUE, name=DONE_QUEUE)
 
 
-def serve_until_done(role: Role, server: Any) -> int:
-    """Block until the chief ends the run (0), or it has been unreachable for CHIEF_GRACE_S (1)."""
+def _plan_queue(tf: Any, task: int, job: str) -> Any:
+    with tf.device(f"/job:{job}/replica:0/task:{task}/device:CPU:0"):
+        return tf.queue.FIFOQueue(1 << 10, [tf.string], shapes=[[]], shared_name=PLAN_QUEUE, name=PLAN_QUEUE)
+
+
+def _own_session_config(role: Role, timeout_ms: int) -> Any:
+    # This task's devices only: a session's master otherwise enlists every task of the cluster, and
+    # each timed-out poll would then disturb the chief's steps running there.
+    return role.spec.session_config(timeout_ms=timeout_ms,
+                                    device_filters=[f"/job:{role.spec.job}/replica:0/task:{role.task}"])
+
+
+def _wait_for_chief(role: Role, server: Any, plans: bool) -> tuple[int, str | None]:
+    """Block until the chief ends the run ((0, None)), sends a plan when `plans` ((0, message)),
+    or has been unreachable for CHIEF_GRACE_S ((1, None))."""
     import tensorflow as tf
 
     graph = tf.Graph()
     with graph.as_default():
-        dequeue = _done_queue(tf, role.task, role.spec.job).dequeue()
-    # This task's devices only: a session's master otherwise enlists every task of the cluster, and
-    # each timed-out poll would then disturb the chief's steps running there.
-    config = role.spec.session_config(timeout_ms=int(POLL_S * 1000),
-                                      device_filters=[f"/job:{role.spec.job}/replica:0/task:{role.task}"])
+        done = _done_queue(tf, role.task, role.spec.job)
+        done_dequeue, done_size = done.dequeue(), done.size()
+        plan_dequeue = _plan_queue(tf, role.task, role.spec.job).dequeue() if plans else None
     grace = float(os.environ.get("TAG_TF_CHIEF_GRACE_S", CHIEF_GRACE_S))
     lost_since: float | None = None
-    with tf.compat.v1.Session(server.target, graph=graph, config=config) as sess:
+    with tf.compat.v1.Session(server.target, graph=graph, config=_own_session_config(role, int(POLL_S * 1000))) as sess:
         while True:
             try:
-                sess.run(dequeue)
-                print(f"tag_tf: task {role.task}: the chief ended the run", file=sys.stderr, flush=True)
-                return 0
+                if plan_dequeue is None:
+                    sess.run(done_dequeue)
+                    return 0, None
+                if sess.run(done_size):
+                    return 0, None
+                return 0, sess.run(plan_dequeue).decode()
             except tf.errors.DeadlineExceededError:
                 pass
             chief = ClusterSpec((role.spec.tasks[role.chief],), role.spec.job)
@@ -201,9 +247,51 @@ def serve_until_done(role: Role, server: Any) -> int:
                 if time.monotonic() - lost_since > grace:
                     print(f"tag_tf: task {role.task}: the chief (task {role.chief}, {role.spec.tasks[role.chief]}) "
                           f"has been unreachable for {grace:.0f} s; giving up", file=sys.stderr, flush=True)
-                    return 1
+                    return 1, None
             else:
                 lost_since = None
+
+
+def serve_until_done(role: Role, server: Any) -> int:
+    """Block until the chief ends the run (0), or it has been unreachable for CHIEF_GRACE_S (1)."""
+    code, _ = _wait_for_chief(role, server, plans=False)
+    if code == 0:
+        print(f"tag_tf: task {role.task}: the chief ended the run", file=sys.stderr, flush=True)
+    return code
+
+
+def wait_for_plan(role: Role, server: Any) -> tuple[int, dict | None]:
+    """On a task other than the chief: the chief's next plan message ((0, message)); (0, None) when
+    the chief ended the run instead, (1, None) when it was lost."""
+    code, text = _wait_for_chief(role, server, plans=True)
+    return code, None if text is None else json.loads(text)
+
+
+def send_plan(role: Role, message: Mapping[str, Any]) -> None:
+    """From the chief: `message` (JSON-able) to every other task's plan queue; ClusterError naming
+    a task that cannot be reached."""
+    import tensorflow as tf
+
+    if role.spec.tasks not in _PLAN_SENDERS:
+        # One session for the life of the process: closing it waits on the other tasks' masters,
+        # which are busy with their own steps by then.
+        others = [t for t in range(len(role.spec.tasks)) if t != role.chief]
+        graph = tf.Graph()
+        with graph.as_default():
+            text = tf.compat.v1.placeholder(tf.string, [])
+            enqueues = {t: _plan_queue(tf, t, role.spec.job).enqueue(text) for t in others}
+        config = role.spec.session_config(timeout_ms=30_000, device_filters=[
+            f"/job:{role.spec.job}/task:{t}" for t in [role.chief, *others]])
+        _PLAN_SENDERS[role.spec.tasks] = (tf.compat.v1.Session(role.spec.target, graph=graph, config=config), text,
+                                          enqueues)
+    sess, text, enqueues = _PLAN_SENDERS[role.spec.tasks]
+    blob = json.dumps(message)
+    for t, op in enqueues.items():
+        try:
+            sess.run(op, {text: blob})
+        except tf.errors.OpError as e:
+            raise ClusterError(f"cluster: could not send the plan to task {t} ({role.spec.tasks[t]}): "
+                               f"{type(e).__name__}") from None
 
 
 def end_run(role: Role) -> list[int]:
@@ -232,5 +320,5 @@ def end_run(role: Role) -> list[int]:
     return sorted(failed)
 
 
-__all__ = ["Role", "end_run", "join", "wait_for_tasks", "from_cluster_dict", "from_resolver", "from_tf_config", "is_resolver",
-           "serve_until_done", "start_server"]
+__all__ = ["Role", "chief_drives", "end_run", "join", "serve_at_exit", "set_chief_drives", "wait_for_tasks", "from_cluster_dict", "from_resolver", "from_tf_config", "is_resolver",
+           "send_plan", "serve_until_done", "start_server", "wait_for_plan"]

@@ -95,3 +95,33 @@ def test_a_killed_worker_is_named_and_the_run_resumes_on_fewer_machines(tmp_path
     proc, log = _start(tmp_path, "one", model_dir, 2)
     assert _wait(proc, "the single process") == 0, open(log).read()[-3000:]
     assert _start_step(log) == saved + 4 and _saved_step(model_dir) == saved + 6
+
+
+def test_a_killed_worker_is_named_when_every_task_drives_its_own_step(tmp_path):
+    """Between-graph (each task drives its part; a fed batch): the chief's next step names the task
+    that died, instead of waiting for its collective forever."""
+    cluster, ports = _cluster(2)
+    script = os.path.join(ROOT, "examples", "mnist_mlp_session.py")
+    procs = []
+    for i, cfg in enumerate(_tasks(cluster)):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=str(tmp_path / "cache"),
+                   TAG_TF_CHIEF_GRACE_S="5", TF_CONFIG=json.dumps(cfg))
+        log = str(tmp_path / f"mlp{i}.log")
+        with open(log, "w") as out:
+            procs.append((subprocess.Popen([sys.executable, script, "--tiny", "--batch", "12", "--strategy", "dp",
+                                            "--steps", "100000"], cwd=ROOT, env=env, stdout=out,
+                                           stderr=subprocess.STDOUT, text=True), log))
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while "step 20 " not in open(procs[0][1]).read():
+            assert time.monotonic() < deadline and procs[0][0].poll() is None, open(procs[0][1]).read()[-3000:]
+            time.sleep(0.2)
+        assert "between-graph" in open(procs[0][1]).read()
+        os.kill(procs[1][0].pid, signal.SIGKILL)
+        assert _wait(procs[0][0], "the chief") != 0
+        chief_log = open(procs[0][1]).read()
+        assert f"127.0.0.1:{ports[1]}" in chief_log and "died or became unreachable" in chief_log, chief_log[-3000:]
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()

@@ -1,6 +1,7 @@
 """One unchanged TF1 script on every task, each with its own TF_CONFIG (as Kubernetes runs it): the
-chief plans, compiles and drives the run over every task's server; the other tasks serve and exit 0
-when the chief is done. Never again does each task silently train its own copy."""
+chief plans and compiles one run over every task's server; each task drives its own part of every
+step (between-graph), or, for plans only one driver can run, the chief drives them all and the
+other tasks serve and exit 0 when it is done. Never again does each task silently train its own copy."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tag_tf.errors import ClusterError
 from tag_tf.runtime.cluster import free_ports
@@ -60,12 +62,12 @@ def test_cluster_resolvers():
     assert from_cluster_dict({"worker": ["a:1"]}, "worker", 0, where="x").is_chief
 
 
-def _launch(tf_config: dict | None, model_dir: str, cache: str, *extra: str) -> subprocess.Popen:
+def _launch(tf_config: dict | None, model_dir: str, cache: str, *extra: str, batch: int = 12) -> subprocess.Popen:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=cache)
     env.pop("TF_CONFIG", None)
     if tf_config is not None:
         env["TF_CONFIG"] = json.dumps(tf_config)
-    return subprocess.Popen([sys.executable, SCRIPT, "--tiny", "--steps", "3", "--batch", "12", "--strategy", "dp",
+    return subprocess.Popen([sys.executable, SCRIPT, "--tiny", "--steps", "3", "--batch", str(batch), "--strategy", "dp",
                              "--model-dir", model_dir, *extra], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -75,15 +77,19 @@ def _losses(text: str) -> list[float]:
 
 
 def test_one_script_three_tasks_with_tf_config(tmp_path):
-    """chief + 2 workers on 127.0.0.1, the example script unchanged in each: the chief trains over
-    the three servers (3 machines) with the plain run's losses; every process exits 0."""
+    """chief + 2 workers on 127.0.0.1, the example script unchanged in each: every task drives its
+    own part of each step (between-graph) over the three servers (3 machines), and every task's
+    session returns the plain run's losses and accuracies (a batch of 13: shards of 5, 4 and 4 rows);
+    the tasks share one model directory, as on a shared file system, and only the chief writes the
+    checkpoint; every process exits 0."""
     ports = free_ports(3)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
     cache = str(tmp_path / "cache")
     tasks = [("worker", 0), ("worker", 1), ("chief", 0)]        # workers first: the chief finds them up
-    procs = [_launch({"cluster": cluster, "task": {"type": t, "index": i}}, str(tmp_path / f"{t}{i}"), cache)
+    shared = str(tmp_path / "shared")
+    procs = [_launch({"cluster": cluster, "task": {"type": t, "index": i}}, shared, cache, batch=13)
              for t, i in tasks]
-    plain = _launch(None, str(tmp_path / "plain"), cache, "--plain")
+    plain = _launch(None, str(tmp_path / "plain"), cache, "--plain", batch=13)
     outputs = []
     try:
         for p in procs + [plain]:
@@ -95,10 +101,42 @@ def test_one_script_three_tasks_with_tf_config(tmp_path):
     for p, (out, err) in zip(procs + [plain], outputs):
         assert p.returncode == 0, f"{p.args}\n{out}\n{err[-3000:]}"
     chief_out, chief_err = outputs[2]
-    assert "on 3 device(s)" in chief_err and "cpu-3x1" in chief_err       # the chief drove all three tasks
-    for out, _ in outputs[:2]:
-        assert _losses(out) == []                                           # the workers trained nothing
-    np.testing.assert_allclose(_losses(chief_out), _losses(outputs[3][0]), rtol=1e-4)
+    assert "on 3 device(s)" in chief_err and "cpu-3x1" in chief_err       # one plan over all three tasks
+    assert "every task drives its own part of each step (between-graph)" in chief_err
+    for out, err in outputs[:3]:
+        assert len(_losses(out)) == 3
+        np.testing.assert_allclose(_losses(out), _losses(outputs[3][0]), rtol=1e-4)
+        assert re.findall(r"accuracy ([0-9.]+)", out) == re.findall(r"accuracy ([0-9.]+)", outputs[3][0])
+    assert sum("checkpoint save skipped (the chief writes it)" in err for _, err in outputs[:2]) == 2
+    assert tf.train.latest_checkpoint(shared).endswith("model.ckpt-3")
+
+
+def test_the_chief_drives_every_step_when_asked_to(tmp_path):
+    """TAG_TF_BETWEEN_GRAPH=0 (or a plan that only one driver can run): the chief drives every task's
+    part of each step, the worker only serves and trains nothing itself."""
+    ports = free_ports(2)
+    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}
+    cache = str(tmp_path / "cache")
+    procs = []
+    for t in ("worker", "chief"):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=cache, TAG_TF_BETWEEN_GRAPH="0",
+                   TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": t, "index": 0}}))
+        procs.append(subprocess.Popen([sys.executable, SCRIPT, "--tiny", "--steps", "3", "--batch", "12", "--strategy",
+                                       "dp", "--model-dir", str(tmp_path / t)], cwd=ROOT, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    plain = _launch(None, str(tmp_path / "plain"), cache, "--plain")
+    try:
+        outputs = [p.communicate(timeout=300) for p in procs + [plain]]
+    finally:
+        for p in procs + [plain]:
+            if p.poll() is None:
+                p.kill()
+    for p, (out, err) in zip(procs + [plain], outputs):
+        assert p.returncode == 0, f"{p.args}\n{out}\n{err[-3000:]}"
+    (worker_out, worker_err), (chief_out, chief_err) = outputs[:2]
+    assert "the chief drives every step on every task (TAG_TF_BETWEEN_GRAPH=0)" in chief_err
+    assert "the chief ended the run" in worker_err and _losses(worker_out) == []
+    np.testing.assert_allclose(_losses(chief_out), _losses(outputs[2][0]), rtol=1e-4)
 
 
 def test_a_task_whose_chief_never_comes_names_it_and_exits_1(tmp_path):
@@ -175,19 +213,23 @@ def _consecutive_free_ports(n: int) -> int:
     raise AssertionError("no free port range")
 
 
-def _check_one_driver(results) -> None:
+def _check_one_plan(results) -> None:
+    """Every task ran its part of the chief's plan over the 3 tasks, and got the same losses."""
     for p, out, err in results:
         assert p.returncode == 0, f"{p.args}\n{out}\n{err[-3000:]}"
-    drivers = [(out, err) for _, out, err in results if _losses(out)]
-    assert len(drivers) == 1, "exactly one task trains (the chief); the others serve"
-    assert "on 3 device(s)" in drivers[0][1] and "cpu-3x1" in drivers[0][1]
+    chief = [err for _, _, err in results if "between-graph" in err and "training graph" in err]
+    assert len(chief) == 3 and all("on 3 device(s)" in err and "cpu-3x1" in err for err in chief)
+    losses = [_losses(out) for _, out, _ in results]
+    assert len(losses[0]) == 3
+    for other in losses[1:]:
+        np.testing.assert_allclose(other, losses[0], rtol=1e-5)
 
 
 def test_one_script_three_tasks_with_a_simple_cluster_resolver(tmp_path):
     ports = free_ports(3)
     spec = json.dumps({"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]})
     tasks = ["worker:0", "worker:1", "chief:0"]
-    _check_one_driver(_three_tasks(tmp_path, [{}] * 3,
+    _check_one_plan(_three_tasks(tmp_path, [{}] * 3,
                                    [["--resolver", "simple", "--cluster-spec", spec, "--task", t] for t in tasks]))
 
 
@@ -198,7 +240,7 @@ def test_one_script_three_tasks_under_slurm_variables(tmp_path):
     common = {"SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_TASKS_PER_NODE": "3"}
     results = _three_tasks(tmp_path, [dict(common, SLURM_PROCID=str(i)) for i in (1, 2, 0)],
                            [["--resolver", "slurm", "--port-base", str(base)]] * 3)
-    _check_one_driver(results)
+    _check_one_plan(results)
 
 
 def test_an_estimator_under_tf_config(tmp_path):
