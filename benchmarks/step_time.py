@@ -11,7 +11,10 @@ configuration (load bursts on a shared machine then hit every row alike); a row 
   tag-{dp,horovod,auto}-local2      tag_tf.distribute(strategy=..., topology="local:2"), one process
   mirrored-local2        tf.distribute.MirroredStrategy over 2 logical CPU devices, one process
   tag-{dp,horovod,auto}-2proc-tfconfig   the same script on two tasks, each started with its own
-                         TF_CONFIG (chief + worker): the chief plans and drives, its own device works
+                         TF_CONFIG (chief + worker): the chief plans; each task drives its own part
+                         of every step where the plan allows (between-graph), else the chief drives
+  tag-horovod-2proc-chiefdriven   the same with TAG_TF_BETWEEN_GRAPH=0: the chief drives every
+                         task's part of each step (tag_tf's way before between-graph execution)
   mwms-2proc             MultiWorkerMirroredStrategy, two tasks with TF_CONFIG, half the batch each
   horovod-2proc          Horovod (Gloo) under horovodrun, hvd.DistributedOptimizer, half the batch
                          each; reported as absent when horovod is not installed
@@ -43,7 +46,8 @@ sys.path.insert(0, ROOT)
 from benchmarks import peers  # noqa: E402
 
 CONFIGS = ("tf1-single", "tf2-single", "tag-dp-local2", "tag-horovod-local2", "tag-auto-local2", "mirrored-local2",
-           "tag-dp-2proc-tfconfig", "tag-horovod-2proc-tfconfig", "tag-auto-2proc-tfconfig", "mwms-2proc",
+           "tag-dp-2proc-tfconfig", "tag-horovod-2proc-tfconfig", "tag-auto-2proc-tfconfig",
+           "tag-horovod-2proc-chiefdriven", "mwms-2proc",
            "horovod-2proc")
 COMMON = dict(tiny=True, dynamic_batch=True, dropout=0.0, optimizer="momentum")
 MODEL_KWARGS = {"transformer": dict(COMMON, input_size=32, d_model=128, d_ff=512, num_heads=4, num_layers=2)}
@@ -142,7 +146,9 @@ def _tf_config_pair(config: str, model: str, args: argparse.Namespace, env: dict
 def measure(config: str, model: str, args: argparse.Namespace) -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=tempfile.mkdtemp(prefix="tag_tf_bench_"))
     env.pop("TF_CONFIG", None)
-    if config.endswith("2proc-tfconfig"):
+    if config.endswith(("2proc-tfconfig", "2proc-chiefdriven")):
+        if config.endswith("chiefdriven"):
+            env["TAG_TF_BETWEEN_GRAPH"] = "0"
         chief, worker = _tf_config_pair(config, model, args, env, ("chief", "worker"))
         row = _result(chief, "the chief")
         try:                    # the worker serves until the chief ends the run, then exits 0
@@ -181,7 +187,7 @@ def run_in_this_process(config: str, model: str, args: argparse.Namespace) -> di
         return train(model, args, None)
     if config.startswith("tag-") and config.endswith("-local2"):
         return train(model, args, dict(strategy=config.split("-")[1], topology="local:2"))
-    if config.endswith("2proc-tfconfig"):        # TF_CONFIG says the rest
+    if config.endswith(("2proc-tfconfig", "2proc-chiefdriven")):        # TF_CONFIG says the rest
         return train(model, args, dict(strategy=config.split("-")[1]))
     batches = batches_for(model, args.batch, args.warmup + args.steps)
     if config == "horovod-2proc":

@@ -23,6 +23,11 @@ so they go through the patch too. Per session:
   training (the queue must be filled in the session that trains), compiled with the graph's train op.
 - Graphs that never train (evaluation, prediction) are never touched.
 - On exit, sessions still open get their variables' trained values back, then compiled sessions close.
+- One script on every task (`TF_CONFIG`, a ClusterResolver): the chief plans, compiles, loads every
+  copy and sends the plan to the other tasks, which compile the same graph. Where the plan's edges
+  between tasks can be cut (`compiler.localize`), each task's training runs drive its own part of
+  the step (`TaskStep`: between-graph, meeting the others in collectives); otherwise the chief drives
+  every task's part and the others serve (`$TAG_TF_BETWEEN_GRAPH=0` insists on that).
 
 Errors are one line, of a `tag_tf.errors` type, naming the thing: `GraphError` (no train op: a fetched
 TRAIN_OP-collection op that runs no optimizer update), `CompileError` (a fetch or feed the plan cannot
@@ -202,8 +207,8 @@ class Distribution:
             roles.wait_for_tasks(role)
             return
         message = self._chief_plan(role)
-        from tag_tf.topology.parse import topology_from_dict
         from tag_tf.frontend.target import cluster_target
+        from tag_tf.topology.parse import topology_from_dict
 
         # The chief's topology: every task compiles for the same devices (no discovery here).
         topology = topology_from_dict(message["topology"], source="the chief's plan")
@@ -529,7 +534,7 @@ def _skip_save(fetches: Sequence[Any], feeds: Mapping[Any, Any]) -> list[Any] | 
         path = value.decode() if isinstance(value, bytes) else str(value)
         if os.path.dirname(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-    log.info("tag_tf: task's checkpoint save skipped (the chief writes it)")
+    log.info("tag_tf: this task's checkpoint save skipped (the chief writes it)")
     return values
 
 
