@@ -35,7 +35,8 @@ _TASK = re.compile(r"/task:(\d+)")
 _STATEFUL_ANYWAY = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
 _MAX_TASKS = 30                 # group keys carry the contributing tasks as a bit mask
 GROUP_KEY_FLAG = 1 << 30        # above the compiler's own group keys (1, 2, ... per device set)
-SUM_KEYS = 1 << 13              # the top of the graph's instance-key slot (compile.instance_key_base)
+SUM_KEYS = 1 << 13              # the upper half of the graph's instance-key slot (compile.instance_key_base)
+_MAX_GATHER_TASKS = 10          # a gather ranks its members by device name: "task:10" sorts before "task:2"
 
 
 class NotLocal(CompileError):
@@ -192,9 +193,12 @@ class _Cutter:
         own, contributors = self._own_part(node, values=node.input[:node.attr["N"].i])
         order = [self.node_task(_source(i)) or 0 for i in node.input[:node.attr["N"].i]]
         axis = self.nodes[_source(node.input[node.attr["N"].i])]
-        if axis.op != "Const" or _const_value(axis) != 0 or order != sorted(order) or contributors[-1] >= 10:
+        if axis.op != "Const" or _const_value(axis) != 0 or order != sorted(order):
             raise NotLocal(f"between-graph: {node.name!r} joins shards of several tasks in a way an all-gather "
                            f"cannot (not along the batch axis, or not in task order)")
+        if contributors[-1] >= _MAX_GATHER_TASKS:
+            raise NotLocal(f"between-graph: {node.name!r} gathers from {contributors[-1] + 1} tasks (at most "
+                           f"{_MAX_GATHER_TASKS})")
         dtype = _dtype(node.attr["T"].type)
         if dtype not in _GATHER_TYPES:
             raise NotLocal(f"between-graph: {node.name!r} joins {dtype} shards of several tasks (an all-gather "
@@ -322,7 +326,13 @@ def localize(graph_def: Any, tensors: Sequence[str], ops: Sequence[str],
                     raise NotLocal(f"between-graph: {_source(i)!r} joins values of several tasks and is read back "
                                    f"by the replica {n.name!r}")
     if 3 * len(sums) > SUM_KEYS:
-        raise NotLocal(f"between-graph: {len(sums)} sums across tasks (at most {SUM_KEYS})")
+        raise NotLocal(f"between-graph: {len(sums)} joins across tasks (at most {SUM_KEYS // 3})")
+    used = [_const_value(nodes[_source(n.input[3])]) for n in graph_def.node
+            if n.op.startswith("Collective") and len(n.input) > 3 and _source(n.input[3]) in nodes
+            and nodes[_source(n.input[3])].op == "Const"]
+    if any(k >= key_base + SUM_KEYS for k in used):
+        raise NotLocal("between-graph: the compiled graph's collectives use the instance keys its joins across "
+                       "tasks would take")
     cpus = {}
     for n in graph_def.node:
         t = task_of(n.device)

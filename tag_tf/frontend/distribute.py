@@ -159,9 +159,13 @@ class Distribution:
         check_request(self.options["strategy"])      # a bad strategy fails here, not mid-training
         self.target = resolve_target(self.options["topology"], self.options["cluster"],
                                      self.options["trusted_network"])
-        if self.target.role is not None:
-            self._join_cluster(self.target.role)     # a non-chief task never returns from here
         self._start_logging()
+        if self.target.role is not None:
+            try:
+                self._join_cluster(self.target.role)     # a task the chief tells to serve ends here
+            except BaseException:
+                self._stop_logging()
+                raise
         if self.target.discover:          # after logging starts: the topology found is reported
             from tag_tf.context import Options
 
@@ -177,6 +181,11 @@ class Distribution:
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         uninstall(self)
         self._active = False
+        role = self.target.role if self.target is not None else None
+        if exc_type is not None and role is not None and not role.is_chief:
+            from tag_tf.runtime import roles
+
+            roles.abandon_serving(role)       # a failed task's server goes with it: the chief names it
         failed: list[str] = []
         try:
             with bypass():
@@ -228,6 +237,8 @@ class Distribution:
             raise SystemExit(code)
         if message["mode"] != BETWEEN:
             log.info("tag_tf: task %d serves; the chief drives every step (%s)", role.task, message["reason"])
+            if roles.serves_at_exit(role):
+                raise SystemExit(0)           # the exit handler serves until the chief ends the run
             raise SystemExit(roles.serve_until_done(role, self._server))
         return message
 
@@ -266,6 +277,7 @@ class Distribution:
         info = self._info(sess.graph)
         names = [op.name for op in targets] + [t.op.name for t in fetches]
         roots = info.training_roots(names)
+        training = bool(roots)
         state = self._sessions.get(sess)
         if state is None or state.runner is None:
             if not roots and self.options["inference"]:
@@ -285,10 +297,11 @@ class Distribution:
                 if state.runner is None:
                     try:
                         program = self._program(sess.graph, info, roots, _feeds_by_name(feeds),
-                                                [t.name for t in fetches])
+                                                [t.name for t in fetches], [op.name for op in targets])
                     except TagError as e:
-                        if self.options["fallback"] != "single":
-                            raise
+                        role = self.target.role
+                        if self.options["fallback"] != "single" or (role is not None and not role.is_chief):
+                            raise         # a task training alone would be the silent copy TF_CONFIG users fear
                         self._fallen_back[sess.graph] = str(e)
                         log.warning("tag_tf: not distributing this graph, training it on one device "
                                     "(fallback='single'): %s", e)
@@ -305,7 +318,7 @@ class Distribution:
                            f"({program.ir.meta.train_op!r}); a graph trains through one train op: group all "
                            f"of them into one (tf.group) and fetch it from the first training run (separate "
                            f"accumulate and apply runs are not supported)")
-        return self._run(state.runner, targets, fetches, feeds, options, run_metadata, bool(roots))
+        return self._run(state.runner, targets, fetches, feeds, options, run_metadata, training)
 
     @staticmethod
     def _run(runner: Runner, targets: list, fetches: list, feeds: dict, options: Any, run_metadata: Any,
@@ -337,7 +350,7 @@ class Distribution:
 
     # -- compile -----------------------------------------------------------------------------------
     def _program(self, graph: Any, info: GraphInfo, roots: list[str], feeds: dict[str, Any],
-                 fetches: list[str]) -> Program:
+                 fetches: list[str], targets: Sequence[str] = ()) -> Program:
         """The program of `graph` (compiled on its first training run, shared by its sessions)."""
         entry = self._graphs.get(graph)
         if entry is not None and entry[1] is not None:
@@ -376,7 +389,7 @@ class Distribution:
                                     budget_s=self._search_budget(start),
                                     calibration=self.options["calibration"], costs=costs, sfb=self.options["sfb"])
         fetches = [f for f in fetches if f.rpartition(":")[0] in ir]
-        roots = [r for r in roots if r in ir]
+        roots = [r for r in dict.fromkeys([*roots, *targets]) if r in ir]     # the first run's ops, all compiled
         compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices, fetches=fetches, run_ops=roots,
                                     check=True)    # postconditions run, not only documented: DAG, fetches' shapes
         if message is not None and graph_digest(compiled.graph_def) != message["digest"]:
@@ -430,9 +443,20 @@ class Distribution:
         runner = Runner(program, self.target.session(program.graph, user_config))
         role = self.target.role
         if role is not None and not role.is_chief:
-            # The chief has loaded every copy (this task's too) before sending the plan.
+            from tag_tf.runtime import roles
+
+            # The chief has loaded every copy (this task's too) before its message; a later session of
+            # the same graph waits for the chief to load that session's values.
+            if program.task_sessions:
+                code, message = roles.wait_for_plan(role, self._server)
+                if message is None or message["mode"] != "loaded" or message["graph"] != program.ir.fingerprint:
+                    raise ClusterError(f"task {role.task}: a new session of graph {program.ir.fingerprint} found the "
+                                       f"chief elsewhere ({'ended' if message is None else message['mode']}); every "
+                                       f"task must open the same sessions in the same order")
+            program.task_sessions += 1
             state.replay.clear()
             runner.step = self._task_step(program, role.task, user_config)
+            roles.tell_chief(role, roles.READY_QUEUE)
             log.info("tag_tf: task %d drives its own part of each step (between-graph)", role.task)
             return runner
         with bypass():
@@ -448,8 +472,29 @@ class Distribution:
             runner.step = self._share_plan(program, role, user_config)
         return runner
 
-    # -- between-graph execution (one script on every task) ----------------------------------------
     def _share_plan(self, program: Program, role: Role, user_config: Any) -> TaskStep | None:
+        """On the chief, once a session's values are loaded: the first time, `_decide`; later sessions
+        of a between-graph program tell the tasks their copies are loaded. Returns the chief's part
+        once every task has built its own (ClusterError naming one that did not)."""
+        from tag_tf.runtime import roles
+
+        if program.between is None:
+            step = self._decide(program, role, user_config)
+        elif program.between:
+            step = self._task_step(program, role.task, user_config)
+            roles.send_plan(role, {"mode": "loaded", "graph": program.ir.fingerprint})
+        else:
+            return None
+        if step is not None:
+            try:
+                roles.wait_for_tokens(role, roles.READY_QUEUE, roles.READY_DEADLINE_S, "build its part of each step")
+            except BaseException:
+                step.close()
+                raise
+        return step
+
+    # -- between-graph execution (one script on every task) ----------------------------------------
+    def _decide(self, program: Program, role: Role, user_config: Any) -> TaskStep | None:
         """On the chief: tell every other task this program's plan, and whether each task drives its own
         part of every step (between-graph; returns the chief's part) or the chief drives them all."""
         from tag_tf.compiler.localize import NotLocal
@@ -469,12 +514,19 @@ class Distribution:
         message = {"mode": BETWEEN if step is not None else "chief", "reason": reason, "graph": program.ir.fingerprint,
                    "strategy": program.plan.strategy.to_dict(), "topology": program.target.topology.to_dict(),
                    "fetches": fetches, "run_ops": roots, "digest": graph_digest(program.compiled.graph_def)}
+        program.between = step is not None
         if step is None:
             roles.set_chief_drives(role)
             log.info("tag_tf: the chief drives every step on every task (%s)", reason)
         else:
+            roles.set_between_graph(role)
             log.info("tag_tf: every task drives its own part of each step (between-graph)")
-        roles.send_plan(role, message)
+        try:
+            roles.send_plan(role, message)
+        except BaseException:
+            if step is not None:
+                step.close()
+            raise
         return step
 
     def _task_step(self, program: Program, task: int, user_config: Any) -> TaskStep:

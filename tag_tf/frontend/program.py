@@ -161,6 +161,10 @@ class Program:
         # The fetches and ops of the first training run, by original name (what every task's
         # between-graph part computes).
         self.first_run: tuple[list[str], list[str]] = ([], [])
+        # In a cluster: whether tasks drive their own steps (None until the chief has decided), and
+        # on another task, how many of its sessions run this program.
+        self.between: bool | None = None
+        self.task_sessions = 0
 
     # -- names -------------------------------------------------------------------------------
     def _known(self, op: str, what: str) -> None:
@@ -271,9 +275,9 @@ class TaskStep:
         tensors `feeds` (those this task's part does not read are left out)."""
         missing = [n for n in fetches if n not in self.tensors] + [o for o in targets if o not in self.ops]
         if missing:
-            raise CompileError(f"between-graph execution: a training run fetches {missing[0]!r}, which was not "
-                               f"fetched by the first training run; every task computes the values of the first "
-                               f"training run's fetches (fetch it there too)")
+            raise CompileError(f"between-graph execution: a training run fetches or runs {missing[0]!r} (compiled "
+                               f"name), which the first training run did not; every task's step computes what the "
+                               f"first training run fetched and ran (fetch it there too)")
         g = self.graph
         feed = {g.get_tensor_by_name(n).ref(): v for n, v in feeds.items() if n.rpartition(":")[0] in self._feedable}
         ops = list(dict.fromkeys([*(g.get_operation_by_name(o) for o in targets), *self.always]))

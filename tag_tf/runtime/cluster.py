@@ -49,6 +49,9 @@ class ClusterSpec:
     def target(self) -> str:
         return f"grpc://{self.tasks[0]}"
 
+    def target_of(self, task: int) -> str:
+        return f"grpc://{self.tasks[task]}"
+
     def to_dict(self) -> dict[str, Any]:
         return {"job": self.job, "tasks": list(self.tasks), "cpus_per_task": self.cpus_per_task,
                 "timeout_ms": self.timeout_ms}

@@ -36,6 +36,10 @@ from tag_tf.runtime.sessions import close_within
 ROLE_ORDER = ("chief", "master", "worker", "ps")     # machine order; "evaluator" takes no part
 DONE_QUEUE = "tag_tf_run_done"
 PLAN_QUEUE = "tag_tf_plans"
+READY_QUEUE = "tag_tf_ready"          # on the chief: a task has built its part of each step
+FINISHED_QUEUE = "tag_tf_finished"    # on the chief: a task's script has ended
+READY_DEADLINE_S = 600.0              # a task's analysis and compilation after the plan arrives
+FINISH_DEADLINE_S = 300.0
 CHIEF_GRACE_S = 30.0          # how long a task tolerates an unreachable chief ($TAG_TF_CHIEF_GRACE_S)
 POLL_S = 2.0
 
@@ -131,7 +135,9 @@ def is_resolver(obj: Any) -> bool:
 _JOINED: dict[tuple[tuple[str, ...], int], Any] = {}
 # Clusters whose chief has told its tasks to serve (they never listen for another plan).
 _CHIEF_DRIVEN: set[tuple[str, ...]] = set()
-_SERVING_AT_EXIT: set[tuple[tuple[str, ...], int]] = set()
+_SERVING_AT_EXIT: dict[tuple[tuple[str, ...], int], bool] = {}
+_BETWEEN_GRAPH: set[tuple[str, ...]] = set()
+_TOKEN_SENDERS: dict[tuple[tuple[str, ...], int, str], tuple[Any, Any]] = {}
 _PLAN_SENDERS: dict[tuple[str, ...], tuple[Any, Any, dict[int, Any]]] = {}
 
 
@@ -144,19 +150,42 @@ def set_chief_drives(role: Role) -> None:
 
 
 def serve_at_exit(role: Role, server: Any) -> None:
-    """A task that runs the script too keeps serving when it ends, until the chief ends the run
-    (the chief may still read this task's variables); the process then exits with that status."""
+    """A task that runs the script too tells the chief when its script ends and keeps serving until
+    the chief ends the run (the chief may still read this task's variables); the process then exits
+    with that status. Not after `abandon_serving`: a failed task's server goes with it, so the chief
+    names it instead of waiting on it."""
     key = (role.spec.tasks, role.task)
     if key in _SERVING_AT_EXIT:
         return
-    _SERVING_AT_EXIT.add(key)
+    _SERVING_AT_EXIT[key] = True
 
     def serve() -> None:
+        if not _SERVING_AT_EXIT.get(key):
+            return
+        try:
+            tell_chief(role, FINISHED_QUEUE)
+        except ClusterError:
+            pass                                  # the chief is gone: serve_until_done says so
         code = serve_until_done(role, server)
         if code:
             sys.stdout.flush()
             os._exit(code)
     atexit.register(serve)
+
+
+def serves_at_exit(role: Role) -> bool:
+    return bool(_SERVING_AT_EXIT.get((role.spec.tasks, role.task)))
+
+
+def abandon_serving(role: Role) -> None:
+    key = (role.spec.tasks, role.task)
+    if key in _SERVING_AT_EXIT:
+        _SERVING_AT_EXIT[key] = False
+
+
+def set_between_graph(role: Role) -> None:
+    """On the chief: some task drives its own steps; at exit, wait for each to finish its script."""
+    _BETWEEN_GRAPH.add(role.spec.tasks)
 
 
 def join(role: Role) -> Any:
@@ -170,6 +199,12 @@ def join(role: Role) -> Any:
 
 
 def _end_at_exit(role: Role) -> None:
+    if role.spec.tasks in _BETWEEN_GRAPH:
+        # Tasks driving their own steps may still read the chief's variables as their scripts end.
+        try:
+            wait_for_tokens(role, FINISHED_QUEUE, FINISH_DEADLINE_S, "finish its script")
+        except ClusterError as e:
+            print(f"tag_tf: {e}", file=sys.stderr, flush=True)
     failed = end_run(role)
     if failed:
         print(f"tag_tf: could not tell task(s) {', '.join(map(str, failed))} that the run is over; they exit "
@@ -227,7 +262,8 @@ def _wait_for_chief(role: Role, server: Any, plans: bool) -> tuple[int, str | No
     with graph.as_default():
         done = _done_queue(tf, role.task, role.spec.job)
         done_dequeue, done_size = done.dequeue(), done.size()
-        plan_dequeue = _plan_queue(tf, role.task, role.spec.job).dequeue() if plans else None
+        plan_queue = _plan_queue(tf, role.task, role.spec.job)
+        plan_dequeue, plan_size = (plan_queue.dequeue(), plan_queue.size()) if plans else (None, None)
     grace = float(os.environ.get("TAG_TF_CHIEF_GRACE_S", CHIEF_GRACE_S))
     lost_since: float | None = None
     with tf.compat.v1.Session(server.target, graph=graph, config=_own_session_config(role, int(POLL_S * 1000))) as sess:
@@ -238,9 +274,12 @@ def _wait_for_chief(role: Role, server: Any, plans: bool) -> tuple[int, str | No
                     return 0, None
                 if sess.run(done_size):
                     return 0, None
-                return 0, sess.run(plan_dequeue).decode()
+                # A dequeue that times out may still have taken an element: only dequeue one that is there.
+                if sess.run(plan_size):
+                    return 0, sess.run(plan_dequeue).decode()
             except tf.errors.DeadlineExceededError:
                 pass
+            time.sleep(0.05)
             chief = ClusterSpec((role.spec.tasks[role.chief],), role.spec.job)
             if chief.unreachable(timeout_s=1.0):
                 lost_since = lost_since or time.monotonic()
@@ -272,6 +311,9 @@ def send_plan(role: Role, message: Mapping[str, Any]) -> None:
     a task that cannot be reached."""
     import tensorflow as tf
 
+    dead = [t for t in role.spec.unreachable() if t != role.chief]
+    if dead:
+        raise ClusterError(f"cluster: task {dead[0]} ({role.spec.tasks[dead[0]]}) is not reachable; cannot send it the plan")
     if role.spec.tasks not in _PLAN_SENDERS:
         # One session for the life of the process: closing it waits on the other tasks' masters,
         # which are busy with their own steps by then.
@@ -291,7 +333,61 @@ def send_plan(role: Role, message: Mapping[str, Any]) -> None:
             sess.run(op, {text: blob})
         except tf.errors.OpError as e:
             raise ClusterError(f"cluster: could not send the plan to task {t} ({role.spec.tasks[t]}): "
-                               f"{type(e).__name__}") from None
+                               f"{type(e).__name__}: {str(e.message).splitlines()[0] if e.message else ''}") from None
+
+
+def _token_queue(tf: Any, task: int, job: str, name: str) -> Any:
+    with tf.device(f"/job:{job}/replica:0/task:{task}/device:CPU:0"):
+        return tf.queue.FIFOQueue(1 << 10, [tf.int32], shapes=[[]], shared_name=name, name=name)
+
+
+def tell_chief(role: Role, queue: str) -> None:
+    """From a task other than the chief: put this task's number on the chief's `queue`."""
+    import tensorflow as tf
+
+    key = (role.spec.tasks, role.task, queue)
+    if key not in _TOKEN_SENDERS:
+        graph = tf.Graph()
+        with graph.as_default():
+            enqueue = _token_queue(tf, role.chief, role.spec.job, queue).enqueue(role.task)
+        config = role.spec.session_config(timeout_ms=10_000, device_filters=[
+            f"/job:{role.spec.job}/task:{t}" for t in (role.chief, role.task)])
+        _TOKEN_SENDERS[key] = (tf.compat.v1.Session(role.spec.target_of(role.task), graph=graph, config=config),
+                               enqueue)
+    sess, enqueue = _TOKEN_SENDERS[key]
+    try:
+        sess.run(enqueue)
+    except tf.errors.OpError as e:
+        raise ClusterError(f"cluster: task {role.task} could not reach the chief (task {role.chief}, "
+                           f"{role.spec.tasks[role.chief]}): {type(e).__name__}") from None
+
+
+def wait_for_tokens(role: Role, queue: str, deadline_s: float, what: str) -> None:
+    """On the chief: wait until every other task has put its number on `queue`; ClusterError naming
+    a task that died, or the ones that did not `what` within `deadline_s`."""
+    import tensorflow as tf
+
+    waiting = {t for t in range(len(role.spec.tasks)) if t != role.chief}
+    graph = tf.Graph()
+    with graph.as_default():
+        q = _token_queue(tf, role.chief, role.spec.job, queue)
+        dequeue, size = q.dequeue(), q.size()
+    deadline = time.monotonic() + deadline_s
+    with tf.compat.v1.Session(role.spec.target_of(role.chief), graph=graph,
+                              config=_own_session_config(role, int(POLL_S * 1000))) as sess:
+        while waiting:
+            while sess.run(size):
+                waiting.discard(int(sess.run(dequeue)))
+            if not waiting:
+                return
+            dead = sorted(set(role.spec.unreachable()) & waiting)
+            if dead:
+                raise ClusterError(f"cluster: task {dead[0]} ({role.spec.tasks[dead[0]]}) died or became unreachable "
+                                   f"before it could {what}")
+            if time.monotonic() > deadline:
+                names = ", ".join(f"task {t} ({role.spec.tasks[t]})" for t in sorted(waiting))
+                raise ClusterError(f"cluster: {names} did not {what} within {deadline_s:.0f} s")
+            time.sleep(0.1)
 
 
 def end_run(role: Role) -> list[int]:
@@ -320,5 +416,6 @@ def end_run(role: Role) -> list[int]:
     return sorted(failed)
 
 
-__all__ = ["Role", "chief_drives", "end_run", "join", "serve_at_exit", "set_chief_drives", "wait_for_tasks", "from_cluster_dict", "from_resolver", "from_tf_config", "is_resolver",
+__all__ = ["Role", "abandon_serving", "chief_drives", "end_run", "join", "serve_at_exit", "serves_at_exit",
+           "set_between_graph", "set_chief_drives", "tell_chief", "wait_for_tokens", "wait_for_tasks", "from_cluster_dict", "from_resolver", "from_tf_config", "is_resolver",
            "send_plan", "serve_until_done", "start_server", "wait_for_plan"]
