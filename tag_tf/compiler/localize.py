@@ -15,12 +15,15 @@ tag_tf can do the same:
   whole-batch value such as the loss) becomes the task's own partial sum plus a CollectiveReduceV2
   over the contributing tasks, kept under the AddN's name; every contributing task runs it every
   step (`TaskGraph.always`), whatever it fetches, so the collectives always meet;
-- the compiler's grouping adapters (`tag/run/*` NoOps, `tag/fetch/*` Identities) keep this task's
-  instances.
+- a concatenation of replicas' shards across tasks (`tag/concat/*`, e.g. fetched predictions)
+  becomes an all-gather over the tasks, padded to the longest shard and unpadded after;
+- the compiler's grouping adapters (`tag/run/*` NoOps, `tag/fetch/*` Identities), control edges to
+  another task's instance of a replicated op, and single-device ops reading a replica's copy as is
+  (a value every replica holds) take this task's own instance instead.
 
 Anything else that crosses tasks (a parameter server's variable, a model-parallel edge, an input
-iterator on the chief, a barrier between tasks) cannot be cut this way: `NotLocal` names the first
-such node and why, and the caller lets the chief drive every step as before.
+iterator on the chief, a join that replicas read back) cannot be cut this way: `NotLocal` names the
+first such node and why, and the caller lets the chief drive every step as before.
 """
 from __future__ import annotations
 
