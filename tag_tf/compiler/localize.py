@@ -56,6 +56,10 @@ class TaskGraph:
     always: tuple[str, ...]
     tensors: frozenset[str]
     ops: frozenset[str]
+    tasks: tuple[int, ...] = ()     # every task with a part
+    cpu: str = ""                   # this task's CPU
+    check_key: int = 0              # instance key of the one-off check that the tasks feed one batch
+    group_key: int = 0              # the group of every task's CPU
 
 
 def task_of(device: str) -> int | None:
@@ -333,7 +337,7 @@ def localize(graph_def: Any, tensors: Sequence[str], ops: Sequence[str],
     used = [_const_value(nodes[_source(n.input[3])]) for n in graph_def.node
             if n.op.startswith("Collective") and len(n.input) > 3 and _source(n.input[3]) in nodes
             and nodes[_source(n.input[3])].op == "Const"]
-    if any(k >= key_base + SUM_KEYS for k in used):
+    if any(k >= key_base + SUM_KEYS - 1 for k in used):
         raise NotLocal("between-graph: the compiled graph's collectives use the instance keys its joins across "
                        "tasks would take")
     cpus = {}
@@ -365,7 +369,8 @@ def localize(graph_def: Any, tensors: Sequence[str], ops: Sequence[str],
             if task_of(node.device) != t:
                 raise AssertionError(f"localize: {node.name!r} on {node.device!r} in task {t}'s graph")
         always = tuple(sorted(s for s in cutter.used_sums))
-        out[t] = TaskGraph(t, gd, always, frozenset(tensors), frozenset(ops))
+        out[t] = TaskGraph(t, gd, always, frozenset(tensors), frozenset(ops), tuple(tasks), cpus[t],
+                           key_base + SUM_KEYS - 1, GROUP_KEY_FLAG | sum(1 << x for x in tasks))
     return out
 
 

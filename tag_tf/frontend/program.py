@@ -268,6 +268,36 @@ class TaskStep:
         self.tensors, self.ops = task_graph.tensors, task_graph.ops
         self.always = [self.graph.get_operation_by_name(n) for n in task_graph.always]
         self._feedable = frozenset(n.name for n in task_graph.graph_def.node)
+        self.tasks = task_graph.tasks
+        self.batch_checked = False
+        import tensorflow as tf
+
+        with self.graph.as_default(), tf.device(task_graph.cpu):
+            self._digest = tf.compat.v1.placeholder(tf.int64, [1], name="tag/batch_check/digest")
+            self._digests = tf.raw_ops.CollectiveGatherV2(
+                input=self._digest, group_size=len(task_graph.tasks), group_key=task_graph.group_key,
+                instance_key=task_graph.check_key, ordering_token=[], name="tag/batch_check/gather")
+
+    def check_same_batch(self, batch: Mapping[str, Any]) -> None:
+        """Once, at the first training step: every task compares a digest of the batch it feeds. Each
+        task trains on its shards of what it feeds, so the run equals single-device training only if
+        they all feed the same batch; say so, naming the tasks, when they do not."""
+        import hashlib
+        import logging
+
+        digest = hashlib.blake2b(digest_size=7)
+        for name in sorted(batch):
+            digest.update(name.encode())
+            digest.update(np.ascontiguousarray(batch[name]).tobytes())
+        mine = int.from_bytes(digest.digest(), "little")
+        seen = self.session.run(self._digests, {self._digest: [mine]})
+        self.batch_checked = True
+        others = [t for t, d in zip(self.tasks, seen) if int(d) != mine]
+        if others:
+            logging.getLogger("tag_tf.distribute").warning(
+                "tag_tf: task %d fed another first batch than task(s) %s: each task trains on its shards of what it "
+                "feeds, so this run is not the single-device run unless every task feeds the same batches",
+                self.task, ", ".join(map(str, others)))
 
     def run(self, targets: Sequence[str], fetches: Sequence[str], feeds: Mapping[str, Any],
             options: Any, run_metadata: Any) -> list[Any]:
@@ -315,6 +345,8 @@ class Runner:
             p.check_batch(name, value)
         try:
             if training and self.step is not None:
+                if not self.step.batch_checked:
+                    self.step.check_same_batch({n: v for n, v in feeds.items() if n in p.batch_inputs})
                 values = self.step.run(op_names, unique, {p.feed(n): v for n, v in feeds.items()}, options,
                                        run_metadata)
             else:

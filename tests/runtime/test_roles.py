@@ -266,3 +266,32 @@ def test_an_estimator_under_tf_config(tmp_path):
         assert p.returncode == 0, f"{p.args}\n{out}\n{err[-3000:]}"
     assert "on 2 device(s)" in outputs[1][1] and "cpu-2x1" in outputs[1][1]
     assert "the chief ended the run" in outputs[0][1]
+
+
+def test_tasks_feeding_different_batches_are_told(tmp_path):
+    """Between-graph, each task trains on its shards of the batch it feeds: the run equals the
+    single-device one only when every task feeds the same batches. A chief that resumes from its own
+    checkpoint (and so feeds later rows) and a worker that starts afresh are named, not silent."""
+    cache = str(tmp_path / "cache")
+
+    def run_pair() -> list[tuple[str, str]]:
+        ports = free_ports(2)
+        cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}
+        procs = [_launch({"cluster": cluster, "task": {"type": t, "index": 0}}, str(tmp_path / t), cache)
+                 for t in ("worker", "chief")]
+        try:
+            outputs = [p.communicate(timeout=300) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        for p, (out, err) in zip(procs, outputs):
+            assert p.returncode == 0, f"{p.args}\n{out}\n{err[-3000:]}"
+        return outputs
+
+    first = run_pair()
+    assert not any("fed another first batch" in err for _, err in first)
+    second = run_pair()        # the chief restores step 3 from its directory; the worker has none
+    assert "restored" in second[1][0] and "restored" not in second[0][0]
+    assert "task 0 fed another first batch than task(s) 1" in second[1][1]
+    assert "task 1 fed another first batch than task(s) 0" in second[0][1]
