@@ -72,6 +72,19 @@ def _launch(tf_config: dict | None, model_dir: str, cache: str, *extra: str, bat
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _outputs(procs: list[subprocess.Popen]) -> list[tuple[str, str]]:
+    """Each process's (stdout, stderr) once all have exited 0 (killed if still running after 300 s)."""
+    try:
+        outputs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (out, err) in zip(procs, outputs):
+        assert p.returncode == 0, f"{p.args}\n{out}\n{err[-3000:]}"
+    return outputs
+
+
 def _losses(text: str) -> list[float]:
     return [float(x) for x in re.findall(r"loss ([0-9.]+)", text)]
 
@@ -125,14 +138,7 @@ def test_the_chief_drives_every_step_when_asked_to(tmp_path):
                                        "dp", "--model-dir", str(tmp_path / t)], cwd=ROOT, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     plain = _launch(None, str(tmp_path / "plain"), cache, "--plain")
-    try:
-        outputs = [p.communicate(timeout=300) for p in procs + [plain]]
-    finally:
-        for p in procs + [plain]:
-            if p.poll() is None:
-                p.kill()
-    for p, (out, err) in zip(procs + [plain], outputs):
-        assert p.returncode == 0, f"{p.args}\n{out}\n{err[-3000:]}"
+    outputs = _outputs(procs + [plain])
     (worker_out, worker_err), (chief_out, chief_err) = outputs[:2]
     assert "the chief drives every step on every task (TAG_TF_BETWEEN_GRAPH=0)" in chief_err
     assert "the chief ended the run" in worker_err and _losses(worker_out) == []
@@ -256,14 +262,7 @@ def test_an_estimator_under_tf_config(tmp_path):
         procs.append(subprocess.Popen([sys.executable, script, "--tiny", "--steps", "3", "--strategy", "dp",
                                        "--model-dir", str(tmp_path / "model")], cwd=ROOT, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    try:
-        outputs = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for p, (out, err) in zip(procs, outputs):
-        assert p.returncode == 0, f"{p.args}\n{out}\n{err[-3000:]}"
+    outputs = _outputs(procs)
     assert "on 2 device(s)" in outputs[1][1] and "cpu-2x1" in outputs[1][1]
     assert "the chief ended the run" in outputs[0][1]
 
@@ -279,15 +278,7 @@ def test_tasks_feeding_different_batches_are_told(tmp_path):
         cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}
         procs = [_launch({"cluster": cluster, "task": {"type": t, "index": 0}}, str(tmp_path / t), cache)
                  for t in ("worker", "chief")]
-        try:
-            outputs = [p.communicate(timeout=300) for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-        for p, (out, err) in zip(procs, outputs):
-            assert p.returncode == 0, f"{p.args}\n{out}\n{err[-3000:]}"
-        return outputs
+        return _outputs(procs)
 
     first = run_pair()
     assert not any("fed another first batch" in err for _, err in first)
