@@ -14,7 +14,10 @@ tag_tf can do the same:
 - a sum of replicas' partial values across tasks (the AddN the compiler builds to fetch a
   whole-batch value such as the loss) becomes the task's own partial sum plus a CollectiveReduceV2
   over the contributing tasks, kept under the AddN's name; every contributing task runs it every
-  step (`TaskGraph.always`), whatever it fetches, so the collectives always meet;
+  step (`TaskGraph.always`), whatever it fetches, so the collectives always meet. Where the plan
+  fuses gradients into buckets, the sum rides in a bucket's all-reduce instead (appended to its
+  pack, sliced back after: `TaskGraph.riding`): across processes a collective costs a round trip,
+  as long as a small model's whole step;
 - a concatenation of replicas' shards across tasks (`tag/concat/*`, e.g. fetched predictions)
   becomes an all-gather over the tasks, padded to the longest shard and unpadded after;
 - the compiler's grouping adapters (`tag/run/*` NoOps, `tag/fetch/*` Identities), control edges to
@@ -30,6 +33,8 @@ from __future__ import annotations
 import dataclasses
 import re
 from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
 
 from tag_tf.compiler.nodes import NodeFactory
 from tag_tf.errors import CompileError
@@ -60,6 +65,7 @@ class TaskGraph:
     cpu: str = ""                   # this task's CPU
     check_key: int = 0              # instance key of the one-off check that the tasks feed one batch
     group_key: int = 0              # the group of every task's CPU
+    riding: tuple[str, ...] = ()    # sums carried by a gradient bucket's all-reduce (no collective of their own)
 
 
 def task_of(device: str) -> int | None:
@@ -92,6 +98,7 @@ class _Cutter:
         self.f = NodeFactory(taken=nodes)        # the nodes this cut adds (sums and gathers over tasks)
         self.pending: list[str] = []
         self.draining = False
+        self.partials: dict[str, tuple[str, str, tuple[int, ...]]] = {}   # sum -> (this task's part, dtype, tasks)
 
     def node_task(self, name: str) -> int | None:
         return task_of(self.nodes[name].device)
@@ -190,8 +197,68 @@ class _Cutter:
         dtype = _dtype(node.attr["T"].type)
         partial = own[0] if len(own) == 1 else self.f.add_n(f"{node.name}/tag_task_partial", own, dtype,
                                                             self.nodes[_source(own[0])].device)
-        self._collective(node.name, "CollectiveReduceV2", partial, dtype, contributors, 0, unique=False,
-                         merge_op=("s", "Add"), final_op=("s", "Id"))
+        self.partials[node.name] = (partial, dtype, contributors)
+
+    def emit_sums(self, riders: Mapping[str, Any]) -> None:
+        """The cross-task sums this task takes part in: each either rides the gradient bucket
+        `riders` names for it (appended to the bucket's pack: no collective of its own) or is a
+        collective of its own."""
+        by_bucket: dict[tuple[str, str], list[str]] = {}
+        for name in sorted(self.partials):
+            if name in riders:
+                bucket = riders[name]
+                by_bucket.setdefault((bucket.members[self.task], bucket.splits[self.task]), []).append(name)
+            else:
+                partial, dtype, contributors = self.partials[name]
+                self._collective(name, "CollectiveReduceV2", partial, dtype, contributors, 0, unique=False,
+                                 merge_op=("s", "Add"), final_op=("s", "Id"))
+        for (bucket, split), names in by_bucket.items():
+            self._ride(bucket, split, names)
+
+    def _ride(self, bucket: str, split_name: str, names: Sequence[str]) -> None:
+        """Append the flattened partials `names` to the pack the all-reduce `bucket` reduces, and take
+        them back from the reduced pack: the bucket's unpacking SplitV gets one more output (the
+        rest), which each sum slices and reshapes under its own name."""
+        f, cpu = self.f, self.cpu
+        fused = self.out[bucket]
+        pack = self.out[_source(fused.input[0])]
+        split = self.out[split_name]
+        sizes = self.out[_source(split.input[1])]
+        dtype = _dtype(fused.attr["T"].type)
+        flat_shape = f.const(f"{bucket}/tag_sums/flat_shape", [-1], "int32", cpu) + ":0"
+        flats = [f.node(f"{name}/tag_flat", "Reshape", [self.partials[name][0], flat_shape], cpu,
+                        T=("type", dtype), Tshape=("type", "int32")) + ":0" for name in names]
+        count = pack.attr["N"].i
+        values, rest = list(pack.input[:count]), list(pack.input[count:])
+        del pack.input[:]
+        pack.input.extend(values + flats + rest)          # the axis and control inputs stay last
+        pack.attr["N"].i = count + len(flats)
+        sizes.attr["value"].tensor.CopyFrom(_int32_tensor([*_const_value(sizes), -1]))
+        split.attr["num_split"].i += 1
+        extra = f"{split.name}:{split.attr['num_split'].i - 1}"
+        begin = f.const(f"{bucket}/tag_sums/zero", [0], "int32", cpu) + ":0"
+        for name in names:
+            partial = self.partials[name][0]
+            size = f.node(f"{name}/tag_size", "Reshape", [
+                f.node(f"{name}/tag_count", "Size", [partial], cpu, T=("type", dtype), out_type=("type", "int32")) + ":0",
+                f.const(f"{name}/tag_one", [1], "int32", cpu) + ":0"], cpu,
+                T=("type", "int32"), Tshape=("type", "int32")) + ":0"
+            piece = f.slice(f"{name}/tag_piece", extra, begin, size, dtype, cpu) + ":0"
+            f.node(name, "Reshape", [piece, f.shape(f"{name}/tag_shape", partial, dtype, cpu) + ":0"], cpu,
+                   unique=False, T=("type", dtype), Tshape=("type", "int32"))
+            begin = f.binary(f"{name}/tag_next", "Add", begin, size, "int32", cpu) + ":0"
+
+    def ancestors(self, name: str) -> set[str]:
+        """Every node of this task's graph that `name` reads, directly or not (control edges too)."""
+        graph = {**self.out, **{n.name: n for n in self.f.nodes}}
+        seen, todo = set(), [_source(name)]
+        while todo:
+            at = todo.pop()
+            if at in seen or at not in graph:
+                continue
+            seen.add(at)
+            todo.extend(_source(i) for i in graph[at].input)
+        return seen
 
     def _gather(self, node: Any) -> None:
         """Concatenation of replicas' shards along the batch axis over tasks: this task's shards, then
@@ -281,6 +348,71 @@ class _Cutter:
                       timeout_seconds=("f", 0.0), Nordering_token=("int", 0), **attrs) + ":0"
 
 
+@dataclasses.dataclass(frozen=True)
+class _Bucket:
+    """A fused gradient all-reduce of the compiled graph: one CollectiveReduceV2 (a sum) per member
+    device over a pack (ConcatV2) that one SplitV unpacks; `members`: task -> its instance."""
+    key: int
+    dtype: str
+    members: Mapping[int, str]
+    splits: Mapping[int, str]        # task -> the SplitV unpacking its instance
+
+
+def _buckets(graph_def: Any, nodes: Mapping[str, Any]) -> list[_Bucket]:
+    """The compiled graph's fused all-reduces a sum over tasks can ride: one member per task, a sum
+    (merge Add, final Id) of a pack that nothing else reads, unpacked by one SplitV of constant sizes."""
+    readers: dict[str, list[str]] = {}
+    for n in graph_def.node:
+        for i in n.input:
+            if not i.startswith("^"):
+                readers.setdefault(_source(i), []).append(n.name)
+    found: dict[int, dict[int, tuple[str, str]]] = {}
+    dtypes: dict[int, str] = {}
+    shared: set[int] = set()        # buckets with two members on one task: not one contribution per task
+    for n in graph_def.node:
+        if (n.op != "CollectiveReduceV2" or n.attr["merge_op"].s != b"Add" or n.attr["final_op"].s != b"Id"
+                or len(n.input) < 4 or nodes[_source(n.input[3])].op != "Const"):
+            continue
+        pack, task, split = nodes.get(_source(n.input[0])), task_of(n.device), readers.get(n.name, [])
+        if (task is None or pack is None or pack.op != "ConcatV2" or readers.get(pack.name) != [n.name]
+                or len(split) != 1 or nodes[split[0]].op != "SplitV"
+                or nodes[_source(nodes[split[0]].input[1])].op != "Const"):
+            continue
+        key = _const_value(nodes[_source(n.input[3])])
+        members = found.setdefault(key, {})
+        if task in members:
+            shared.add(key)
+        members[task] = (n.name, split[0])
+        dtypes[key] = _dtype(n.attr["T"].type)
+    return [_Bucket(key, dtypes[key], {t: m[0] for t, m in members.items()}, {t: m[1] for t, m in members.items()})
+            for key, members in sorted(found.items()) if key not in shared]
+
+
+def _riders(graph_def: Any, nodes: Mapping[str, Any], cutters: Mapping[int, _Cutter],
+            sums: Mapping[str, tuple[int, ...]]) -> dict[str, _Bucket]:
+    """Sum over tasks -> the gradient bucket whose all-reduce carries it.
+
+    A whole-batch fetch summed over the tasks (the loss) would otherwise cost every step a
+    collective of its own, a round trip between processes as long as a small model's compute. It
+    rides the last fused bucket of the same tasks and dtype that every contributor runs and that
+    its partial does not depend on; the same choice on every task (decided here, for all)."""
+    buckets = _buckets(graph_def, nodes)
+    chosen: dict[str, _Bucket] = {}
+    for name in sorted(sums):
+        takers = [c for c in cutters.values() if name in c.partials]
+        if not takers or sorted(c.task for c in takers) != list(sums[name]):
+            continue
+        dtype, contributors = takers[0].partials[name][1], takers[0].partials[name][2]
+        for bucket in reversed(buckets):
+            if bucket.dtype != dtype or sorted(bucket.members) != list(contributors):
+                continue
+            if all(bucket.members[c.task] in c.out and bucket.members[c.task] not in c.ancestors(c.partials[name][0])
+                   for c in takers):
+                chosen[name] = bucket
+                break
+    return chosen
+
+
 _GATHER_TYPES = frozenset({"float16", "bfloat16", "float32", "float64", "int32", "int64"})
 
 
@@ -294,6 +426,12 @@ def _const_value(node: Any) -> Any:
     from tensorflow.python.framework import tensor_util
 
     return tensor_util.MakeNdarray(node.attr["value"].tensor).tolist()
+
+
+def _int32_tensor(values: Sequence[int]) -> Any:
+    from tensorflow.python.framework import tensor_util
+
+    return tensor_util.make_tensor_proto(np.asarray(values, dtype=np.int32))
 
 
 def localize(graph_def: Any, tensors: Sequence[str], ops: Sequence[str],
@@ -358,6 +496,9 @@ def localize(graph_def: Any, tensors: Sequence[str], ops: Sequence[str],
             break
         for t, s in missing:
             cutters[t].visit(s)
+    riders = _riders(graph_def, nodes, cutters, sums)
+    for cutter in cutters.values():
+        cutter.emit_sums(riders)
     out = {}
     for t, cutter in cutters.items():
         gd = graph_pb2.GraphDef()
@@ -370,7 +511,8 @@ def localize(graph_def: Any, tensors: Sequence[str], ops: Sequence[str],
                 raise AssertionError(f"localize: {node.name!r} on {node.device!r} in task {t}'s graph")
         always = tuple(sorted(s for s in cutter.used_sums))
         out[t] = TaskGraph(t, gd, always, frozenset(tensors), frozenset(ops), tuple(tasks), cpus[t],
-                           key_base + SUM_KEYS - 1, GROUP_KEY_FLAG | sum(1 << x for x in tasks))
+                           key_base + SUM_KEYS - 1, GROUP_KEY_FLAG | sum(1 << x for x in tasks),
+                           tuple(sorted(s for s in cutter.partials if s in riders)))
     return out
 
 

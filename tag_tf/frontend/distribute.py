@@ -538,6 +538,9 @@ class Distribution:
         c = program.compiled
         parts = localize(c.graph_def, list(c.fetch_tensors.values()), list(c.run_ops.values()), c.instances,
                          instance_key_base(program.analysis, program.plan.strategy, c.devices))
+        if parts[task].riding:
+            log.info("tag_tf: %d whole-batch fetch(es) summed over the tasks ride the gradients' all-reduce",
+                     len(parts[task].riding))
         return TaskStep(parts[task], lambda graph: self.target.task_session(graph, task, user_config))
 
     def _chiefs_choice(self, message: dict, fingerprint: str) -> tuple[Plan, list[str], list[str]]:

@@ -13,7 +13,7 @@ from tag_tf.compiler.compile import instance_key_base
 from tag_tf.compiler.localize import NotLocal, localize, task_of
 from tag_tf.context import PassContext
 from tag_tf.runtime.cluster import cpu_topology
-from tag_tf.search.baselines import data_parallel
+from tag_tf.search.baselines import data_parallel, horovod
 from tag_tf.strategy import Option, Strategy
 
 
@@ -78,3 +78,23 @@ def test_a_graph_on_one_task_is_not_cut():
     analysis, strategy, compiled = _compiled(lambda g, d: data_parallel(g, d), tasks=1)
     with pytest.raises(NotLocal, match="runs on one task"):
         _cut(analysis, strategy, compiled)
+
+
+def test_the_loss_rides_the_fused_gradient_all_reduce():
+    """With fused buckets (Horovod's Tensor Fusion), the whole-batch loss summed over the tasks
+    travels in the gradient bucket's all-reduce: one collective per step, the same on both tasks.
+    Run on real servers against the plain run: tests/runtime/test_roles.py."""
+    analysis, strategy, compiled = _compiled(lambda g, d: horovod(g, d))
+    parts = _cut(analysis, strategy, compiled)
+    loss = compiled.fetch_tensors["loss:0"].split(":")[0]
+    for part in parts.values():
+        assert part.riding == (loss,)
+        assert [op for op, *_ in _collectives(part).values()] == ["CollectiveReduceV2"]
+        assert loss in part.always
+    assert sorted(_collectives(parts[0]).values()) == sorted(_collectives(parts[1]).values())
+
+
+def test_without_a_fused_bucket_the_loss_has_a_collective_of_its_own():
+    analysis, strategy, compiled = _compiled(lambda g, d: data_parallel(g, d))
+    for part in _cut(analysis, strategy, compiled).values():
+        assert part.riding == ()

@@ -62,13 +62,14 @@ def test_cluster_resolvers():
     assert from_cluster_dict({"worker": ["a:1"]}, "worker", 0, where="x").is_chief
 
 
-def _launch(tf_config: dict | None, model_dir: str, cache: str, *extra: str, batch: int = 12) -> subprocess.Popen:
+def _launch(tf_config: dict | None, model_dir: str, cache: str, *extra: str, batch: int = 12,
+            strategy: str = "dp") -> subprocess.Popen:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=cache)
     env.pop("TF_CONFIG", None)
     if tf_config is not None:
         env["TF_CONFIG"] = json.dumps(tf_config)
-    return subprocess.Popen([sys.executable, SCRIPT, "--tiny", "--steps", "3", "--batch", str(batch), "--strategy", "dp",
-                             "--model-dir", model_dir, *extra], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, SCRIPT, "--tiny", "--steps", "3", "--batch", str(batch), "--strategy",
+                             strategy, "--model-dir", model_dir, *extra], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -89,18 +90,20 @@ def _losses(text: str) -> list[float]:
     return [float(x) for x in re.findall(r"loss ([0-9.]+)", text)]
 
 
-def test_one_script_three_tasks_with_tf_config(tmp_path):
+@pytest.mark.parametrize("strategy", ["dp", "horovod"])
+def test_one_script_three_tasks_with_tf_config(tmp_path, strategy):
     """chief + 2 workers on 127.0.0.1, the example script unchanged in each: every task drives its
     own part of each step (between-graph) over the three servers (3 machines), and every task's
     session returns the plain run's losses and accuracies (a batch of 13: shards of 5, 4 and 4 rows);
     the tasks share one model directory, as on a shared file system, and only the chief writes the
-    checkpoint; every process exits 0."""
+    checkpoint; every process exits 0. With fused buckets (`horovod`), the loss and accuracy sums
+    over the tasks ride the gradients' all-reduce (compiler/localize)."""
     ports = free_ports(3)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
     cache = str(tmp_path / "cache")
     tasks = [("worker", 0), ("worker", 1), ("chief", 0)]        # workers first: the chief finds them up
     shared = str(tmp_path / "shared")
-    procs = [_launch({"cluster": cluster, "task": {"type": t, "index": i}}, shared, cache, batch=13)
+    procs = [_launch({"cluster": cluster, "task": {"type": t, "index": i}}, shared, cache, batch=13, strategy=strategy)
              for t, i in tasks]
     plain = _launch(None, str(tmp_path / "plain"), cache, "--plain", batch=13)
     outputs = []
@@ -116,6 +119,9 @@ def test_one_script_three_tasks_with_tf_config(tmp_path):
     chief_out, chief_err = outputs[2]
     assert "on 3 device(s)" in chief_err and "cpu-3x1" in chief_err       # one plan over all three tasks
     assert "every task drives its own part of each step (between-graph)" in chief_err
+    # The loss's sum over the tasks (the accuracy is gathered: a mean of a cast, not a sum of partials).
+    riding = "1 whole-batch fetch(es) summed over the tasks ride the gradients' all-reduce"
+    assert [riding in err for _, err in outputs[:3]] == [strategy == "horovod"] * 3
     for out, err in outputs[:3]:
         assert len(_losses(out)) == 3
         np.testing.assert_allclose(_losses(out), _losses(outputs[3][0]), rtol=1e-4)
