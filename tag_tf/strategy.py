@@ -96,6 +96,19 @@ class Strategy:
         """Planned ops that run duplicated on their group's devices (sufficient factor broadcasting)."""
         return frozenset(op for cut in self.sfb for op in cut.ops)
 
+    @property
+    def whole_replicas(self) -> bool:
+        """Every group replicated with AllReduce on the same devices, no op duplicated (SFB): each of
+        those devices holds a whole replica of the model and the replicas meet only in collectives.
+        Only such a plan lets every task of a cluster drive its own part of each step
+        (compiler/localize: between-graph execution); any other edge between tasks needs one driver."""
+        first = self.groups[0].devices if self.groups else ()
+        return not self.sfb and all(g.option is Option.ALLREDUCE and g.devices == first for g in self.groups)
+
+    def machines(self, topology: Topology) -> frozenset[int]:
+        """The machines (tasks of a cluster) this plan places work on."""
+        return frozenset(topology.devices[d].machine for g in self.groups for d in g.devices)
+
     def with_sfb_cuts(self, cuts: Sequence[SfbCut]) -> "Strategy":
         return dataclasses.replace(self, sfb=tuple(cuts))
 

@@ -387,7 +387,8 @@ class Distribution:
             plan = resolve_strategy(analysis, target.topology, self.options["strategy"],
                                     cache_dir=ctx.options.cache_root(),
                                     budget_s=self._search_budget(start),
-                                    calibration=self.options["calibration"], costs=costs, sfb=self.options["sfb"])
+                                    calibration=self.options["calibration"], costs=costs, sfb=self.options["sfb"],
+                                    drive_s=target.drive_s)
         fetches = [f for f in fetches if f.rpartition(":")[0] in ir]
         roots = [r for r in dict.fromkeys([*roots, *targets]) if r in ir]     # the first run's ops, all compiled
         compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices, fetches=fetches, run_ops=roots,

@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from tag_tf.placement.layout import validated_duplicates
 from tag_tf.context import CACHE_ENV, default_cache_dir  # noqa: F401  (re-exported: the plan cache's root)
@@ -215,14 +215,17 @@ def search(sim: Simulator, topology: Topology, *, method: str = "mcts", options:
 
 
 def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None = None, calibration: Any = "default",
-                costs: StoredCosts | None = None, sfb: bool = True, sim: Simulator | None = None) -> Strategy:
+                costs: StoredCosts | None = None, sfb: bool = True, sim: Simulator | None = None,
+                drive_s: float = 0.0) -> Strategy:
     """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds:
     the strategy creator's MCTS (guided by the shipped GNN on GPU clusters), polished by the local
     search's moves, then (`sfb`) sufficient factor broadcasting where it simulates faster; never
     slower (simulated) than the best baseline. Shows a progress bar on terminals. With no `budget_s`
     the search ends early once it has converged (DEFAULT_PATIENCE_S); a given budget bounds the search and
     SFB together (`search`).
-    `sim`: judge plans with this simulator instead (e.g. `local_machine_simulator`)."""
+    `sim`: judge plans with this simulator instead (e.g. `local_machine_simulator`).
+    `drive_s`: what a plan that only one client can drive pays per step and per other task it spans,
+    where every task could drive its own part (`Target.drive_s`; see `between_graph_choice`)."""
     from tag_tf.search.local_search import NOTHING_FITS
     from tag_tf.search.mcts import MctsOptions
 
@@ -240,7 +243,42 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
     log.info("auto plan: %.3g ms per iteration simulated (best baseline %s: %.3g ms), %d simulations in %.1f s",
              result.iteration_time_s * 1e3, result.best_baseline,
              min(result.baselines.values()) * 1e3, found.simulations, found.seconds)
-    return stamped(result.strategy, analysis, topology)
+    strategy = between_graph_choice(result.strategy, result.iteration_time_s, result.baselines, analysis, topology,
+                                    drive_s)
+    return stamped(strategy, analysis, topology)
+
+
+# Baselines that replicate every group on every device with AllReduce (Strategy.whole_replicas).
+WHOLE_REPLICA_BASELINES = ("dp", "dp-p", "horovod", "horovod-p")
+
+
+def between_graph_choice(strategy: Strategy, seconds: float, baselines: Mapping[str, float | None],
+                         analysis: Analysis, topology: Topology, drive_s: float) -> Strategy:
+    """`strategy` (simulated `seconds` per step), or the fastest whole-replica baseline where the plan
+    needs one driver and the cost of driving it outweighs what it gains.
+
+    The simulator prices a plan as if one client drove every device, as the paper's in-graph runs
+    were. Where every task can drive its own part of each step (between-graph execution), a plan
+    with any other edge between tasks than a collective still needs one driver, and pays a round
+    trip to each other task every step (`drive_s`, measured; on a small model's step it is most of
+    the step). Charged here rather than in the simulator: it depends on how the run is launched,
+    not on the devices."""
+    spans = len(strategy.machines(topology))
+    if drive_s <= 0 or spans < 2 or strategy.whole_replicas:
+        return strategy
+    charged = seconds + drive_s * (spans - 1)
+    known = {name: t for name, t in baselines.items() if name in WHOLE_REPLICA_BASELINES and t is not None}
+    if not known:
+        return strategy
+    name = min(known, key=lambda n: known[n])
+    if known[name] >= charged:
+        log.info("auto plan: needs one driver (%.3g ms per step to drive %d other task(s)); still faster than %s "
+                 "(%.3g against %.3g ms simulated)", drive_s * 1e3, spans - 1, name, charged * 1e3, known[name] * 1e3)
+        return strategy
+    log.info("auto plan: %s instead (%.3g ms simulated; every task drives its own part of each step), the searched "
+             "plan needs one driver: %.3g ms simulated + %.3g ms per step to drive %d other task(s)",
+             name, known[name] * 1e3, seconds * 1e3, drive_s * 1e3, spans - 1)
+    return baseline(name, analysis, topology)
 
 
 def stamped(strategy: Strategy, analysis: Analysis, topology: Topology, name: str = "auto") -> Strategy:
@@ -282,13 +320,14 @@ def _given(request: Any) -> Strategy:
 def resolve_strategy(analysis: Analysis, topology: Topology, request: Any = "auto", *, cache_dir: str | None = None,
                      budget_s: float | None = None,
                      planner: Callable[[Analysis, Topology, str, float | None], Strategy] | None = None,
-                     calibration: Any = "default", costs: StoredCosts | None = None, sfb: bool = True) -> Plan:
+                     calibration: Any = "default", costs: StoredCosts | None = None, sfb: bool = True,
+                     drive_s: float = 0.0) -> Plan:
     """The strategy to compile `analysis` with on `topology`.
 
     `planner(analysis, topology, request, budget_s)` plans the PLANNED requests (default: `plan`,
     judging plans with `calibration` and the op times of `costs`, a StoredCosts or None; "auto"
-    applies sufficient factor broadcasting unless `sfb` is False); its result is cached under
-    `cache_dir` (default: $TAG_TF_CACHE_DIR or ~/.cache/tag_tf).
+    applies sufficient factor broadcasting unless `sfb` is False; `drive_s`: see `choose_auto`); its
+    result is cached under `cache_dir` (default: $TAG_TF_CACHE_DIR or ~/.cache/tag_tf).
     """
     key = request_key(request)
     groups = len(analysis.grouping.groups)
@@ -298,7 +337,7 @@ def resolve_strategy(analysis: Analysis, topology: Topology, request: Any = "aut
                           topology=topology.fingerprint)
         return Plan(strategy, key)
     cache = PlanCache(cache_dir)
-    path = cache.path_for(analysis, topology, key, calibration=calibration, costs=costs, sfb=sfb)
+    path = cache.path_for(analysis, topology, key, calibration=calibration, costs=costs, sfb=sfb, drive_s=drive_s)
     cached = cache.load(path)
     if cached is not None:
         try:
@@ -310,7 +349,7 @@ def resolve_strategy(analysis: Analysis, topology: Topology, request: Any = "aut
             log.info("plan cache hit: %s", path)
             return Plan(cached, key, cache_hit=True, cache_path=path)
     start = time.perf_counter()
-    strategy = (planner or functools.partial(plan, calibration=calibration, costs=costs, sfb=sfb))(
+    strategy = (planner or functools.partial(plan, calibration=calibration, costs=costs, sfb=sfb, drive_s=drive_s))(
         analysis, topology, key, budget_s)
     strategy.validate(groups, topology.num_devices)
     seconds = time.perf_counter() - start
@@ -319,10 +358,10 @@ def resolve_strategy(analysis: Analysis, topology: Topology, request: Any = "aut
 
 
 def plan(analysis: Analysis, topology: Topology, request: str, budget_s: float | None, calibration: Any = "default",
-         costs: StoredCosts | None = None, sfb: bool = True) -> Strategy:
+         costs: StoredCosts | None = None, sfb: bool = True, drive_s: float = 0.0) -> Strategy:
     """Plan a strategy for a PLANNED request (the hook the real search plugs into via choose_auto)."""
     if request == "auto":
-        return choose_auto(analysis, topology, budget_s, calibration, costs, sfb)
+        return choose_auto(analysis, topology, budget_s, calibration, costs, sfb, drive_s=drive_s)
     return baseline(request, analysis, topology, budget_s, calibration, costs)
 
 
@@ -355,7 +394,7 @@ class PlanCache:
         self.root = os.path.join(root or default_cache_dir(), "plans")
 
     def path_for(self, analysis: Analysis, topology: Topology, request: str, *, calibration: Any = "default",
-                 costs: StoredCosts | None = None, sfb: bool = True) -> str:
+                 costs: StoredCosts | None = None, sfb: bool = True, drive_s: float = 0.0) -> str:
         """Where the plan of a PLANNED `request` for `analysis` on `topology` lives: a plan made under
         other physics (calibration values, measured op times) or without SFB is another plan."""
         physics = f"+cal:{_calibration_key(calibration, topology)}"
@@ -363,6 +402,8 @@ class PlanCache:
             physics += f"+costs:{costs.digest}"
         if request == "auto" and not sfb:
             physics += "+nosfb"
+        if request == "auto" and drive_s > 0:        # runs each task drives: other plans pay to be driven
+            physics += f"+drive:{drive_s * 1e6:.0f}us"
         return self.path(analysis.graph.fingerprint, topology.fingerprint, request + physics,
                          len(analysis.grouping.groups), grouping=grouping_digest(analysis))
 
@@ -392,5 +433,5 @@ class PlanCache:
             log.warning("cannot write the plan cache %s (%s)", path, e)
 
 
-__all__ = ["Plan", "PlanCache", "Search", "baseline", "check_request", "choose_auto", "default_cache_dir", "plan",
+__all__ = ["Plan", "PlanCache", "Search", "baseline", "between_graph_choice", "check_request", "choose_auto", "default_cache_dir", "plan",
            "request_key", "resolve_strategy", "search", "simulator", "stamped", "stored_costs_for"]

@@ -28,6 +28,11 @@ class Target:
     role: Role | None = None   # the cluster from TF_CONFIG or a ClusterResolver
     local_server: str = ""     # target of this process's own server (the chief's): its master is in-process
     discover: bool = False     # no topology was given: take it from the running servers (`discovered`)
+    # Seconds per step and per other task that a plan only one client can drive pays on top of its
+    # work, where every task could drive its own part of each step (between-graph execution, TF_CONFIG
+    # roles); measured with the links when the topology is discovered; 0: not known, or every plan
+    # pays it alike.
+    drive_s: float = 0.0
 
     @property
     def session_target(self) -> str:
@@ -53,9 +58,13 @@ class Target:
         logging.getLogger("tag_tf.distribute").info(
             "tag_tf: cluster topology %r from its servers (%d device(s)%s)", topo.name, topo.num_devices,
             "" if links is None else f"; links {links['bandwidth'] * 8 / 1e9:.3g} Gbps, "
-            f"{links['latency'] * 1e6:.0f} us{', cached' if report['cached'] else ', measured'}")
+            f"{links['latency'] * 1e6:.0f} us, {float(links.get('drive_s') or 0) * 1e3:.2f} ms to drive a task's part "
+            f"of a step{', cached' if report['cached'] else ', measured'}")
         replaced = cluster_target(topo, self.cluster, self.role)
-        return dataclasses.replace(replaced, local_server=self.local_server)
+        drive = 0.0
+        if links is not None and self.role is not None and os.environ.get("TAG_TF_BETWEEN_GRAPH", "1") != "0":
+            drive = float(links.get("drive_s") or 0.0)
+        return dataclasses.replace(replaced, local_server=self.local_server, drive_s=drive)
 
     def config(self, user_config: Any = None) -> Any:
         """The user's ConfigProto with this target's devices (and the cluster's settings)."""

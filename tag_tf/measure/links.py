@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tag_tf.discovery")
 
-PROBE_SIZES = (64 << 10, 1 << 20, 4 << 20)   # bytes: enough to separate latency from bandwidth
+PROBE_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20)   # bytes: a small one pins the latency
 
 
 class _Pair:
@@ -46,30 +46,61 @@ class _Pair:
 
 
 def fit_link(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
-    """(bandwidth bytes/s, latency s) of t = latency + bytes / bandwidth, least squares (latency >= 0)."""
+    """(bandwidth bytes/s, latency s) of t = latency + bytes / bandwidth, least squares of the relative
+    error (latency >= 0). Plain least squares lets the largest transfer's noise set the intercept
+    (a 4 MB transfer's 10% jitter is several latencies): it found 0 us for loopback gRPC, whose small
+    transfers take ~80 us, and the planner then took per-tensor all-reduces for free."""
     import numpy as np
 
     x = np.array([b for b, _ in samples], dtype=float)
     y = np.array([t for _, t in samples], dtype=float)
-    slope, intercept = np.polyfit(x, y, 1) if len(x) > 1 else (y[0] / x[0], 0.0)
+    weights = 1.0 / np.maximum(y, 1e-9)
+    slope, intercept = np.polyfit(x, y, 1, w=weights) if len(x) > 1 else (y[0] / x[0], 0.0)
     if slope <= 0:      # noise swamped the sizes: all of it bandwidth, none latency
         slope, intercept = float(y.max() / x.max()), 0.0
     return float(1.0 / slope), float(max(intercept, 0.0))
 
 
 def measure_links(spec: ClusterSpec, repeats: int = 3) -> dict:
-    """The chief's link to each other task, measured: {"pairs": [...], "bandwidth": B/s, "latency": s}
-    with the slowest bandwidth and the largest latency standing for the switch."""
+    """The chief's link to each other task, measured: {"pairs": [...], "bandwidth": B/s, "latency": s,
+    "drive_s": s} with the slowest bandwidth, the largest latency and the largest driving cost
+    (`measure_drive`) standing for the switch."""
     from tag_tf.measure.comm import measure_p2p
 
     pairs: list[dict[str, Any]] = []
     for task in range(1, len(spec.tasks)):
-        samples = measure_p2p(PROBE_SIZES, repeats=repeats, warmup=1, cluster=_Pair(spec, 0, task))
+        pair = _Pair(spec, 0, task)
+        samples = measure_p2p(PROBE_SIZES, repeats=repeats, warmup=1, cluster=pair)
         bandwidth, latency = fit_link(samples)
         pairs.append({"tasks": [0, task], "bandwidth": bandwidth, "latency": latency,
-                      "samples": [[int(b), float(t)] for b, t in samples]})
+                      "drive_s": measure_drive(pair), "samples": [[int(b), float(t)] for b, t in samples]})
     return {"pairs": pairs, "bandwidth": min(float(p["bandwidth"]) for p in pairs),
-            "latency": max(float(p["latency"]) for p in pairs)}
+            "latency": max(float(p["latency"]) for p in pairs), "drive_s": max(float(p["drive_s"]) for p in pairs)}
+
+
+def measure_drive(pair: _Pair, repeats: int = 41) -> float:
+    """Seconds a step driven by one client spends reaching the pair's second task: a session.run of an
+    op on each task against one of the op on the first task alone (median of `repeats`, interleaved).
+    It is what a plan with edges between tasks pays every step on top of its work: each task driving
+    its own part of the step (between-graph execution) does not pay it."""
+    import tensorflow as tf
+
+    from tag_tf.measure.comm import _run_tf, time_pair
+
+    config = pair.session_config()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True     # keep both reads
+    g = tf.Graph()
+    with g.as_default():
+        reads = []
+        for i in range(2):
+            with tf.device(pair.device(i)):
+                reads.append(tf.Variable(tf.zeros([1]), name=f"drive_probe{i}").read_value().op)
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(pair.target, graph=g, config=config) as sess:
+        _run_tf(lambda: sess.run(init), "driving cost: init")
+        both, alone = _run_tf(lambda: time_pair(lambda: sess.run(reads), lambda: sess.run(reads[0]), repeats, warmup=3),
+                              "driving cost")
+    return max(both - alone, 0.0)
 
 
 def cluster_key(spec: ClusterSpec, descriptions: Sequence[dict | None]) -> str:
@@ -125,8 +156,9 @@ def discover(spec: ClusterSpec, cache_dir: str | None = None, measure: bool = Tr
             try:
                 with open(path) as f:
                     links = json.load(f)
-                report["cached"] = True
-            except (OSError, ValueError):
+                report["cached"] = "drive_s" in links      # measured before the driving cost was: again
+                links = links if report["cached"] else None
+            except (OSError, ValueError, TypeError):
                 links = None
         if links is None and measure:
             links = measure_links(spec)

@@ -1,0 +1,69 @@
+"""auto under TF_CONFIG: a plan that only one client can drive pays a measured round trip to every
+other task each step, which the whole-replica plans every task drives itself do not
+(frontend/planning.between_graph_choice; the measurement: tests/runtime/test_discovery.py)."""
+from __future__ import annotations
+
+from conftest import analysis_of
+from tag_tf.compiler import DeviceMap, compile_strategy
+from tag_tf.compiler.compile import instance_key_base
+from tag_tf.compiler.localize import NotLocal, localize
+from tag_tf.context import PassContext
+from tag_tf.frontend.planning import PlanCache, between_graph_choice, choose_auto
+from tag_tf.runtime.cluster import cpu_topology
+from tag_tf.search.baselines import baseline
+from tag_tf.strategy import GroupPlan, Option, Strategy
+from tag_tf.topology import load_topology
+
+TOPOLOGY = {"name": "cpu-2x1", "machines": [{"name": f"task{i}", "gpus": "1x cpu", "intra": "local"} for i in range(2)],
+            "inter": {"switch": "20Gbps", "latency": "60us"}}
+
+
+def _runs_between_graph(analysis, strategy, tasks=2) -> bool:
+    compiled = compile_strategy(PassContext(), analysis, strategy, DeviceMap.for_topology(cpu_topology(tasks, 1)),
+                                fetches=["loss:0"], run_ops=["train_op"])
+    try:
+        localize(compiled.graph_def, list(compiled.fetch_tensors.values()), list(compiled.run_ops.values()),
+                 compiled.instances, instance_key_base(analysis, strategy, compiled.devices))
+    except NotLocal:
+        return False
+    return True
+
+
+def test_whole_replicas_are_the_plans_every_task_drives_itself():
+    """The predicate the planner uses agrees with what the compiler can cut per task."""
+    _, analysis = analysis_of("mlp", num_groups=4)
+    n = len(analysis.grouping.groups)
+    topology = load_topology(TOPOLOGY)
+    horovod = baseline("horovod", n, topology)
+    ps = Strategy.uniform(n, (0, 1), Option.PS)
+    split = Strategy(tuple(GroupPlan((0,) if g < n // 2 else (1,), Option.ALLREDUCE) for g in range(n)))
+    for strategy, whole in ((horovod, True), (baseline("dp", n, topology), True), (ps, False), (split, False)):
+        assert strategy.whole_replicas is whole
+        assert _runs_between_graph(analysis, strategy) is whole
+    assert split.machines(topology) == {0, 1} and Strategy.uniform(n, (1,)).machines(topology) == {1}
+
+
+def test_a_plan_needing_one_driver_gives_way_when_driving_it_costs_more_than_it_gains():
+    _, analysis = analysis_of("mlp", num_groups=4)
+    n = len(analysis.grouping.groups)
+    topology = load_topology(TOPOLOGY)
+    split = Strategy(tuple(GroupPlan((0,) if g < n // 2 else (1,), Option.ALLREDUCE) for g in range(n)))
+    times = {"dp": 1.3e-3, "horovod": 1.1e-3, "heterog": 0.9e-3, "dp+sfb": 0.8e-3}
+    # 1.0 ms + 0.2 ms to drive the other task > horovod's 1.1 ms: horovod, which each task drives.
+    chosen = between_graph_choice(split, 1.0e-3, times, analysis, topology, drive_s=0.2e-3)
+    assert chosen.whole_replicas and chosen.fusion_bytes           # horovod's buckets
+    # Driving it costs less than it gains, or nothing is known of driving: the searched plan stays.
+    assert between_graph_choice(split, 1.0e-3, times, analysis, topology, drive_s=0.05e-3) is split
+    assert between_graph_choice(split, 1.0e-3, times, analysis, topology, drive_s=0.0) is split
+    # A plan on one machine needs no driving across machines.
+    one = Strategy.uniform(n, (1,))
+    assert between_graph_choice(one, 1.0e-3, times, analysis, topology, drive_s=1.0) is one
+
+
+def test_auto_under_a_large_driving_cost_plans_whole_replicas_and_caches_apart(tmp_path):
+    _, analysis = analysis_of("cnn", tiny=True, num_groups=8)
+    topology = load_topology(TOPOLOGY)
+    assert choose_auto(analysis, topology, budget_s=3.0, sfb=False, drive_s=1.0).whole_replicas
+    cache = PlanCache(str(tmp_path))
+    assert (cache.path_for(analysis, topology, "auto", drive_s=1e-4) !=
+            cache.path_for(analysis, topology, "auto", drive_s=0.0))
