@@ -79,8 +79,9 @@ def measure_links(spec: ClusterSpec, repeats: int = 3) -> dict:
 
 
 def measure_drive(pair: _Pair, repeats: int = 41) -> float:
-    """Seconds a step driven by one client spends reaching the pair's second task: a session.run of an
-    op on each task against one of the op on the first task alone (median of `repeats`, interleaved).
+    """Seconds a step driven by one client spends reaching the pair's second task: a session.run that
+    adds a value read on each task (the second one's pulled over) against one that adds to the first
+    task's value alone (median of `repeats`, interleaved).
     It is what a plan with edges between tasks pays every step on top of its work: each task driving
     its own part of the step (between-graph execution) does not pay it."""
     import tensorflow as tf
@@ -91,16 +92,18 @@ def measure_drive(pair: _Pair, repeats: int = 41) -> float:
     config.graph_options.rewrite_options.disable_meta_optimizer = True     # keep both reads
     g = tf.Graph()
     with g.as_default():
-        reads = []
+        values = []
         for i in range(2):
             with tf.device(pair.device(i)):
-                reads.append(tf.Variable(tf.zeros([1]), name=f"drive_probe{i}").read_value().op)
+                values.append(tf.Variable(tf.zeros([1]), name=f"drive_probe{i}").read_value())
+        with tf.device(pair.device(0)):
+            alone, both = values[0] + 1.0, values[0] + values[1]     # `both` pulls the other task's value
         init = tf.compat.v1.global_variables_initializer()
     with tf.compat.v1.Session(pair.target, graph=g, config=config) as sess:
         _run_tf(lambda: sess.run(init), "driving cost: init")
-        both, alone = _run_tf(lambda: time_pair(lambda: sess.run(reads), lambda: sess.run(reads[0]), repeats, warmup=3),
-                              "driving cost")
-    return max(both - alone, 0.0)
+        driven, local = _run_tf(lambda: time_pair(lambda: sess.run(both.op), lambda: sess.run(alone.op), repeats,
+                                                  warmup=3), "driving cost")
+    return max(driven - local, 0.0)
 
 
 def cluster_key(spec: ClusterSpec, descriptions: Sequence[dict | None]) -> str:
