@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -232,6 +233,17 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
     patience = DEFAULT_PATIENCE_S if budget_s is None else None
     sim = sim if sim is not None else simulator(analysis, topology, calibration, costs)
+    if drive_s > 0 and topology.num_machines > 1 and all(d.type == "cpu" for d in topology.devices):
+        # Tasks that drive themselves on CPUs: only whole replicas are worth running
+        # (between_graph_choice), so no search: the fastest that fits.
+        times = {name: sim.simulate(baseline(name, analysis, topology)).iteration_time_s
+                 for name in WHOLE_REPLICA_BASELINES}
+        fits = {name: t for name, t in times.items() if math.isfinite(t)}
+        if fits:
+            name = min(fits, key=lambda n: fits[n])
+            log.info("auto plan: %s (%.3g ms simulated): every task drives its own part of each step; on CPU "
+                     "devices only whole replicas are worth that (see between_graph_choice)", name, fits[name] * 1e3)
+            return stamped(baseline(name, analysis, topology), analysis, topology)
     found = search(sim, topology, options=MctsOptions(budget_s=budget, progress=True, patience_s=patience), sfb=sfb)
     result = found.result
     if found.sfb is not None:
@@ -267,10 +279,19 @@ def between_graph_choice(strategy: Strategy, seconds: float, baselines: Mapping[
     if drive_s <= 0 or spans < 2 or strategy.whole_replicas:
         return strategy
     charged = seconds + drive_s * (spans - 1)
-    known = {name: t for name, t in baselines.items() if name in WHOLE_REPLICA_BASELINES and t is not None}
+    known = {name: t for name, t in baselines.items()
+             if name in WHOLE_REPLICA_BASELINES and t is not None and math.isfinite(t)}
     if not known:
         return strategy
     name = min(known, key=lambda n: known[n])
+    if all(d.type == "cpu" for d in topology.devices):
+        # The analytical model of CPUs cannot tell these plans apart (no calibration for CPUs: measured
+        # on two local TF_CONFIG tasks, the plans it preferred by 10-30% ran 1.2-1.8x slower than
+        # `horovod`; benchmarks/RESULTS.md, step time): what every task drives itself is what runs best.
+        log.info("auto plan: %s instead (every task drives its own part of each step): on CPU devices the "
+                 "simulator cannot judge a plan that needs one driver (%.3g ms simulated, %.3g ms for %s)",
+                 name, seconds * 1e3, known[name] * 1e3, name)
+        return baseline(name, analysis, topology)
     if known[name] >= charged:
         log.info("auto plan: needs one driver (%.3g ms per step to drive %d other task(s)); still faster than %s "
                  "(%.3g against %.3g ms simulated)", drive_s * 1e3, spans - 1, name, charged * 1e3, known[name] * 1e3)

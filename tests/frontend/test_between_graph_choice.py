@@ -43,10 +43,14 @@ def test_whole_replicas_are_the_plans_every_task_drives_itself():
     assert split.machines(topology) == {0, 1} and Strategy.uniform(n, (1,)).machines(topology) == {1}
 
 
+GPUS = {"name": "two-v100", "machines": [{"name": f"m{i}", "gpus": "1x V100-16GB", "intra": "pcie"} for i in range(2)],
+        "inter": {"switch": "10Gbps", "latency": "20us"}}
+
+
 def test_a_plan_needing_one_driver_gives_way_when_driving_it_costs_more_than_it_gains():
     _, analysis = analysis_of("mlp", num_groups=4)
     n = len(analysis.grouping.groups)
-    topology = load_topology(TOPOLOGY)
+    topology = load_topology(GPUS)
     split = Strategy(tuple(GroupPlan((0,) if g < n // 2 else (1,), Option.ALLREDUCE) for g in range(n)))
     times = {"dp": 1.3e-3, "horovod": 1.1e-3, "heterog": 0.9e-3, "dp+sfb": 0.8e-3}
     # 1.0 ms + 0.2 ms to drive the other task > horovod's 1.1 ms: horovod, which each task drives.
@@ -58,6 +62,10 @@ def test_a_plan_needing_one_driver_gives_way_when_driving_it_costs_more_than_it_
     # A plan on one machine needs no driving across machines.
     one = Strategy.uniform(n, (1,))
     assert between_graph_choice(one, 1.0e-3, times, analysis, topology, drive_s=1.0) is one
+    # On CPU devices the analytical model cannot judge such plans: where tasks drive themselves, whole replicas.
+    cpus = load_topology(TOPOLOGY)
+    assert between_graph_choice(split, 1.0e-3, times, analysis, cpus, drive_s=0.05e-3).whole_replicas
+    assert between_graph_choice(split, 1.0e-3, times, analysis, cpus, drive_s=0.0) is split
 
 
 def test_auto_under_a_large_driving_cost_plans_whole_replicas_and_caches_apart(tmp_path):
