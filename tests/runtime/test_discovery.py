@@ -42,8 +42,8 @@ def test_servers_report_devices_and_the_link_is_measured_once(tmp_path):
         assert hosts == {socket.gethostname()} and {d["cpu_devices"] for d in report["descriptions"]} == {2}
         links = report["links"]
         assert not report["cached"] and os.path.exists(report["cache"])
-        assert 1e7 < links["bandwidth"] < 1e12 and links["latency"] > 0        # measured over loopback gRPC
-        assert 0 < links["drive_s"] < 0.1          # a step driven by one client reaching the other task
+        assert 1e7 < links["bandwidth"] < 1e12 and links["latency"] >= 0       # measured over loopback gRPC
+        assert 0 <= links["drive_s"] < 0.1         # a step driven by one client reaching the other task
         assert abs(topo.inter_bandwidth - links["bandwidth"]) / links["bandwidth"] < 1e-3
         again, second = discover(spec, cache_dir=str(tmp_path))
         assert second["cached"] and again.inter_bandwidth == topo.inter_bandwidth
