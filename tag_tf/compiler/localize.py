@@ -249,15 +249,19 @@ class _Cutter:
             begin = f.binary(f"{name}/tag_next", "Add", begin, size, "int32", cpu) + ":0"
 
     def ancestors(self, name: str) -> set[str]:
-        """Every node of this task's graph that `name` reads, directly or not (control edges too)."""
+        """Every node of this task's graph that `name` reads, directly or not (control edges too; a
+        sum over tasks not emitted yet reads its partial)."""
         graph = {**self.out, **{n.name: n for n in self.f.nodes}}
         seen, todo = set(), [_source(name)]
         while todo:
             at = todo.pop()
-            if at in seen or at not in graph:
+            if at in seen:
                 continue
             seen.add(at)
-            todo.extend(_source(i) for i in graph[at].input)
+            if at in graph:
+                todo.extend(_source(i) for i in graph[at].input)
+            elif at in self.partials:
+                todo.append(_source(self.partials[at][0]))
         return seen
 
     def _gather(self, node: Any) -> None:
@@ -406,11 +410,27 @@ def _riders(graph_def: Any, nodes: Mapping[str, Any], cutters: Mapping[int, _Cut
         for bucket in reversed(buckets):
             if bucket.dtype != dtype or sorted(bucket.members) != list(contributors):
                 continue
-            if all(bucket.members[c.task] in c.out and bucket.members[c.task] not in c.ancestors(c.partials[name][0])
+            if all(bucket.members[c.task] in c.out and not _touches(c, bucket, c.ancestors(c.partials[name][0]))
                    for c in takers):
                 chosen[name] = bucket
                 break
     return chosen
+
+
+def _touches(cutter: _Cutter, bucket: _Bucket, nodes: set[str]) -> bool:
+    """Whether `nodes` hold task's instance of the bucket, its pack or its unpacking (a partial read
+    after them cannot ride in them)."""
+    member = bucket.members[cutter.task]
+    return bool({member, _source(cutter.out[member].input[0]), bucket.splits[cutter.task]} & nodes)
+
+
+# Ops that keep every plan of a graph driven by one client (`localize` refuses them: an input pipeline
+# on one task, BatchNorm's reserve space joined across replicas); a graph holding one cannot run
+# between-graph, whatever the plan.
+ONE_DRIVER_OPS = frozenset({"IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional",
+                            "QueueDequeueV2", "QueueDequeueManyV2", "QueueDequeueUpToV2", "QueueDequeue",
+                            "QueueDequeueMany", "QueueDequeueUpTo", "ReaderReadV2", "ReaderReadUpToV2",
+                            "FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
 
 
 _GATHER_TYPES = frozenset({"float16", "bfloat16", "float32", "float64", "int32", "int64"})
@@ -516,4 +536,4 @@ def localize(graph_def: Any, tensors: Sequence[str], ops: Sequence[str],
     return out
 
 
-__all__ = ["NotLocal", "TaskGraph", "localize", "task_of"]
+__all__ = ["ONE_DRIVER_OPS", "NotLocal", "TaskGraph", "localize", "task_of"]

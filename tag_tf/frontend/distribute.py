@@ -388,7 +388,7 @@ class Distribution:
                                     cache_dir=ctx.options.cache_root(),
                                     budget_s=self._search_budget(start),
                                     calibration=self.options["calibration"], costs=costs, sfb=self.options["sfb"],
-                                    drive_s=target.drive_s)
+                                    drive_s=_drive_cost(target, analysis))
         fetches = [f for f in fetches if f.rpartition(":")[0] in ir]
         roots = [r for r in dict.fromkeys([*roots, *targets]) if r in ir]     # the first run's ops, all compiled
         compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices, fetches=fetches, run_ops=roots,
@@ -565,6 +565,16 @@ class Distribution:
             log.error("tag_tf: could not copy trained variables back to the session: %s", e)
             return [f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"]
         return []
+
+
+def _drive_cost(target: Any, analysis: Any) -> float:
+    """What a plan needing one driver pays per step and per other task (Target.drive_s), where this
+    graph's whole-replica plans could run between-graph; 0 where no plan of it can (every plan pays)."""
+    from tag_tf.compiler.localize import ONE_DRIVER_OPS
+
+    if target.drive_s <= 0 or any(op.type in ONE_DRIVER_OPS for op in analysis.graph):
+        return 0.0
+    return float(target.drive_s)
 
 
 def _by_name(targets: Sequence[Any], fetches: Sequence[Any], feeds: Mapping[Any, Any]

@@ -54,6 +54,8 @@ def fit_link(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
 
     x = np.array([b for b, _ in samples], dtype=float)
     y = np.array([t for _, t in samples], dtype=float)
+    if np.count_nonzero(y > 0) >= 2:     # a sample clamped at 0 (noise swamped it) says nothing: drop it
+        x, y = x[y > 0], y[y > 0]
     weights = 1.0 / np.maximum(y, 1e-9)
     slope, intercept = np.polyfit(x, y, 1, w=weights) if len(x) > 1 else (y[0] / x[0], 0.0)
     if slope <= 0:      # noise swamped the sizes: all of it bandwidth, none latency

@@ -75,3 +75,18 @@ def test_auto_under_a_large_driving_cost_plans_whole_replicas_and_caches_apart(t
     cache = PlanCache(str(tmp_path))
     assert (cache.path_for(analysis, topology, "auto", drive_s=1e-4) !=
             cache.path_for(analysis, topology, "auto", drive_s=0.0))
+
+
+def test_no_driving_cost_where_no_plan_of_the_graph_can_run_between_graph():
+    """An input pipeline on one task (or BatchNorm's joined reserve space) keeps every plan driven by
+    the chief: then driving costs every plan alike and must not steer the choice."""
+    from types import SimpleNamespace
+
+    from tag_tf.frontend.distribute import _drive_cost
+
+    _, analysis = analysis_of("mlp", num_groups=4)
+    target = SimpleNamespace(drive_s=2e-4)
+    assert _drive_cost(target, analysis) == 2e-4
+    with_iterator = SimpleNamespace(graph=[*analysis.graph, SimpleNamespace(type="IteratorGetNext")])
+    assert _drive_cost(target, with_iterator) == 0.0
+    assert _drive_cost(SimpleNamespace(drive_s=0.0), analysis) == 0.0
