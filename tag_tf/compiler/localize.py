@@ -407,11 +407,11 @@ def _riders(graph_def: Any, nodes: Mapping[str, Any], cutters: Mapping[int, _Cut
         if not takers or sorted(c.task for c in takers) != list(sums[name]):
             continue
         dtype, contributors = takers[0].partials[name][1], takers[0].partials[name][2]
+        reads = {c.task: c.ancestors(c.partials[name][0]) for c in takers}
         for bucket in reversed(buckets):
             if bucket.dtype != dtype or sorted(bucket.members) != list(contributors):
                 continue
-            if all(bucket.members[c.task] in c.out and not _touches(c, bucket, c.ancestors(c.partials[name][0]))
-                   for c in takers):
+            if all(bucket.members[c.task] in c.out and not _touches(c, bucket, reads[c.task]) for c in takers):
                 chosen[name] = bucket
                 break
     return chosen

@@ -233,17 +233,16 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
     patience = DEFAULT_PATIENCE_S if budget_s is None else None
     sim = sim if sim is not None else simulator(analysis, topology, calibration, costs)
-    if drive_s > 0 and topology.num_machines > 1 and all(d.type == "cpu" for d in topology.devices):
+    if drive_s > 0 and topology.num_machines > 1 and _cpus_only(topology):
         # Tasks that drive themselves on CPUs: only whole replicas are worth running
         # (between_graph_choice), so no search: the fastest that fits.
-        times = {name: sim.simulate(baseline(name, analysis, topology)).iteration_time_s
-                 for name in WHOLE_REPLICA_BASELINES}
-        fits = {name: t for name, t in times.items() if math.isfinite(t)}
+        plans = {name: baseline(name, analysis, topology) for name in WHOLE_REPLICA_BASELINES}
+        fits = {name: t for name, p in plans.items() if math.isfinite(t := sim.simulate(p).iteration_time_s)}
         if fits:
             name = min(fits, key=lambda n: fits[n])
             log.info("auto plan: %s (%.3g ms simulated): every task drives its own part of each step; on CPU "
                      "devices only whole replicas are worth that (see between_graph_choice)", name, fits[name] * 1e3)
-            return stamped(baseline(name, analysis, topology), analysis, topology)
+            return stamped(plans[name], analysis, topology)
     found = search(sim, topology, options=MctsOptions(budget_s=budget, progress=True, patience_s=patience), sfb=sfb)
     result = found.result
     if found.sfb is not None:
@@ -284,7 +283,7 @@ def between_graph_choice(strategy: Strategy, seconds: float, baselines: Mapping[
     if not known:
         return strategy
     name = min(known, key=lambda n: known[n])
-    if all(d.type == "cpu" for d in topology.devices):
+    if _cpus_only(topology):
         # The analytical model of CPUs cannot tell these plans apart (no calibration for CPUs: measured
         # on two local TF_CONFIG tasks, the plans it preferred by 10-30% ran 1.2-1.8x slower than
         # `horovod`; benchmarks/RESULTS.md, step time): what every task drives itself is what runs best.
@@ -300,6 +299,10 @@ def between_graph_choice(strategy: Strategy, seconds: float, baselines: Mapping[
              "plan needs one driver: %.3g ms simulated + %.3g ms per step to drive %d other task(s)",
              name, known[name] * 1e3, seconds * 1e3, drive_s * 1e3, spans - 1)
     return baseline(name, analysis, topology)
+
+
+def _cpus_only(topology: Topology) -> bool:
+    return all(d.type == "cpu" for d in topology.devices)
 
 
 def stamped(strategy: Strategy, analysis: Analysis, topology: Topology, name: str = "auto") -> Strategy:
@@ -454,5 +457,5 @@ class PlanCache:
             log.warning("cannot write the plan cache %s (%s)", path, e)
 
 
-__all__ = ["Plan", "PlanCache", "Search", "baseline", "between_graph_choice", "check_request", "choose_auto", "default_cache_dir", "plan",
-           "request_key", "resolve_strategy", "search", "simulator", "stamped", "stored_costs_for"]
+__all__ = ["Plan", "PlanCache", "Search", "baseline", "between_graph_choice", "check_request", "choose_auto",
+           "default_cache_dir", "plan", "request_key", "resolve_strategy", "search", "simulator", "stamped", "stored_costs_for"]
