@@ -80,7 +80,7 @@ def train(model_name: str, args: argparse.Namespace, distribute_kwargs: dict | N
     batches = batches_for(model_name, args.batch, args.warmup + args.steps, model)
     scope = tag_tf.distribute(**distribute_kwargs) if distribute_kwargs is not None else contextlib.nullcontext()
     times, losses = [], []
-    with scope:
+    with scope as d:
         graph = tf.Graph()
         with graph.as_default():
             tf.compat.v1.import_graph_def(model.graph_def, name="")
@@ -98,7 +98,50 @@ def train(model_name: str, args: argparse.Namespace, distribute_kwargs: dict | N
             row = peers.summarize(times, losses, args.warmup, lo_end - lo_start)
             if args.breakdown:     # more steps, traced after the timed ones (so they change none of them)
                 row["breakdown"] = peers.traced_step(lambda: sess.run(model.train_op, batches[0]))
+    if distribute_kwargs is not None:      # what ran, for the local machine model's prediction (--predict)
+        program = d.programs[0]
+        row.update(plan=program.plan.strategy.name, strategy=program.plan.strategy.to_dict(),
+                   processes=program.target.topology.num_machines, between_graph=bool(program.between))
     return row
+
+
+def predict(model_name: str, args: argparse.Namespace) -> dict:
+    """The local machine model's prediction (TensorFlow's default runtime, as the rows ran) of each
+    plan in the JSON file `args.plans` ({row key: row}) on its row's setup: one process with local:N,
+    or the tasks of TF_CONFIG (between-graph where each drove its own part, else driven by the
+    chief). Runs in a process of its own after every row (nothing else running, so what it
+    measures is this machine alone); the measurements are cached in the ProfileDB `args.db`. The
+    analysis is distribute's own: one step of the program under `tag_tf.distribute` on local:2."""
+    import tensorflow as tf
+
+    import tag_tf
+    from tag_tf.localmachine import model as lm
+    from tag_tf.models import build_model
+    from tag_tf.profile.db import ProfileDB
+    from tag_tf.strategy import Strategy
+
+    model = build_model(model_name, **model_kwargs(model_name))
+    batch = batches_for(model_name, args.batch, 1, model)[0]
+    with tag_tf.distribute(strategy="dp", topology="local:2") as d:
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.compat.v1.import_graph_def(model.graph_def, name="")
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(model.init_op)
+            sess.run(model.train_op, batch)
+    analysis = d.programs[0].analysis
+    db = ProfileDB(args.db)
+    zoo = lm.ZooModel.of(model_name, **model_kwargs(model_name))
+    out = {}
+    for key, row in json.load(open(args.plans)).items():
+        started = time.perf_counter()
+        processes = int(row["processes"])
+        sim = lm.local_simulator(analysis, 2, processes, db=db, model=zoo, runtime=lm.TF_DEFAULTS,
+                                 between_graph=processes > 1 and bool(row["between_graph"]))
+        strategy = Strategy.from_dict(row["strategy"], source=key)
+        out[key] = {"predicted_ms": sim.simulate(strategy).iteration_time_s * 1e3,
+                    "predicted_setup": sim.machine.setup.name, "predict_s": round(time.perf_counter() - started, 1)}
+    return out
 
 
 def _child(config: str, model: str, args: argparse.Namespace, env: dict, prefix: list[str] | None = None,
@@ -145,7 +188,8 @@ def _tf_config_pair(config: str, model: str, args: argparse.Namespace, env: dict
 
 def measure(config: str, model: str, args: argparse.Namespace) -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=tempfile.mkdtemp(prefix="tag_tf_bench_"))
-    env.pop("TF_CONFIG", None)
+    for key in ("TF_CONFIG", "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_ENABLE_ONEDNN_OPTS"):
+        env.pop(key, None)       # TensorFlow's defaults, as a user's program runs
     if config.endswith(("2proc-tfconfig", "2proc-chiefdriven")):
         if config.endswith("chiefdriven"):
             env["TAG_TF_BETWEEN_GRAPH"] = "0"
@@ -206,6 +250,46 @@ def representative(found: list[dict]) -> dict:
         return errors[0]
     ordered = sorted(found, key=lambda row: row["median_ms"])
     return dict(ordered[(len(ordered) - 1) // 2], round_medians_ms=[row["median_ms"] for row in found])
+
+
+def add_predictions(rows: dict[str, dict], args: argparse.Namespace) -> None:
+    """Each tag_tf row gains `predicted_ms` (see `predict`): one clean process per model."""
+    db = args.db or tempfile.mkdtemp(prefix="tag_tf_bench_profiles_")
+    for model in args.models.split(","):
+        ours = {key: row for key, row in rows.items() if key.startswith(model + "/") and "strategy" in row}
+        if not ours:
+            continue
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(ours, f)
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        for key in ("TF_CONFIG", "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_ENABLE_ONEDNN_OPTS"):
+            env.pop(key, None)
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--run", "predict", "--models", model,
+                                 "--batch", str(args.batch), "--plans", f.name, "--db", db], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        found = _result(proc, f"the prediction for {model}")
+        os.unlink(f.name)
+        if "error" in found:
+            print(f"{model:12s} prediction failed: {found['error']}", flush=True)
+            continue
+        for key, pred in found.items():
+            rows[key].update(pred)
+            print(f"{key:38s} measured {rows[key]['median_ms']:.2f} ms, predicted {pred['predicted_ms']:.2f} ms "
+                  f"({pred['predicted_setup']})", flush=True)
+
+
+def prediction_error(rows: dict[str, dict]) -> dict:
+    """Mean absolute percentage error of the local machine model's predictions against the measured
+    medians, per setup (one process; TF_CONFIG tasks, between-graph and chief-driven) and overall."""
+    err: dict[str, list[float]] = {"all": [], "local2": [], "2proc": []}
+    for key, row in rows.items():
+        if "predicted_ms" not in row or "median_ms" not in row:
+            continue
+        e = abs(row["predicted_ms"] - row["median_ms"]) / row["median_ms"]
+        err["all"].append(e)
+        err["local2" if key.endswith("-local2") else "2proc"].append(e)
+    return {"runtime": "tfdefault (TensorFlow's default threads, oneDNN and Grappler)",
+            "mape": {k: float(np.mean(v)) for k, v in err.items() if v}, "rows": {k: len(v) for k, v in err.items()}}
 
 
 BEGIN, END = "<!-- step-time:begin -->", "<!-- step-time:end -->"
@@ -284,8 +368,17 @@ def main() -> None:
                     help="also trace one extra step per configuration: compute/collectives/transfers/idle per device")
     ap.add_argument("--markdown", default=os.path.join(ROOT, "benchmarks", "RESULTS.md"),
                     help="regenerate the step-time tables of this RESULTS.md ('' to skip; --quick never writes it)")
-    ap.add_argument("--run", help=argparse.SUPPRESS)          # internal: one configuration, in this process
+    ap.add_argument("--predict", action="store_true",
+                    help="tag_tf rows also get the local machine model's prediction (TensorFlow's default runtime) "
+                         "of the plan they ran, and the JSON the prediction error per setup")
+    ap.add_argument("--db", help="with --predict: ProfileDB directory of the local machine model (default: a fresh "
+                                 "temporary one; measuring it takes minutes per model)")
+    ap.add_argument("--run", help=argparse.SUPPRESS)
+    ap.add_argument("--plans", help=argparse.SUPPRESS)        # internal: --run predict's rows          # internal: one configuration, in this process
     args = ap.parse_args()
+    if args.run == "predict":
+        print(json.dumps(predict(args.models, args)))
+        return
     if args.run:
         result = run_in_this_process(args.run, args.models, args)
         print(json.dumps(result))
@@ -296,6 +389,7 @@ def main() -> None:
         configs = [c for c in configs if "-auto-" not in c]
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
+
     unknown = sorted(set(configs) - set(CONFIGS))
     if unknown:
         raise SystemExit(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
@@ -314,10 +408,17 @@ def main() -> None:
                 print(f"{model:12s} {config:26s} {shown}" + (f"  [round {r + 1}/{args.repeats}]" if args.repeats > 1
                                                              else ""), flush=True)
     rows = {key: representative(found) for key, found in runs.items()}
+    if args.predict:
+        add_predictions(rows, args)
+    for row in rows.values():
+        row.pop("strategy", None)      # the plan's name stays
     out = {"measured": True, "machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
            "batch": args.batch, "warmup": args.warmup, "steps": args.steps, "repeats": args.repeats,
            "optimizer": "momentum 0.9",
            "model_kwargs": {m: model_kwargs(m) for m in args.models.split(",")}, "rows": rows}
+    if args.predict:
+        out["prediction"] = prediction_error(rows)
+        print(json.dumps(out["prediction"], indent=1))
     name = "step_time_quick.json" if args.quick else "step_time.json"
     path = args.out or os.path.join(ROOT, "benchmarks", "results", name)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -42,11 +42,13 @@ import numpy as np
 
 from tag_tf.errors import ProfileError
 from tag_tf.profile.segmented import SegmentedLinear
+from tag_tf.localmachine.corun import corun_walls
 from tag_tf.localmachine.probes import (fit_line, measure_collectives, measure_conversions, measure_message_cost,
-                                      measure_step_overhead, measure_transfers)
-# configure_runtime and session_config are re-exported: callers use the model through this module.
-from tag_tf.localmachine.runtime import (RUNTIME_ENV, RUNTIME_TAG, THREADS, LocalSetup, SetupRunner, configure_runtime,
-                                      local_servers, session_config)
+                                        measure_step_overhead, measure_transfers)
+# configure_runtime, the runtimes and session_config are re-exported: callers use the model through this module.
+from tag_tf.localmachine.runtime import (PINNED, RUNTIME_ENV, RUNTIME_TAG, RUNTIMES, THREADS, TF_DEFAULTS, LocalSetup,
+                                        OwnServerRunner, Runtime, SetupRunner, configure_runtime, local_servers,
+                                        session_config)
 from tag_tf.sim.simulator import SimReport, Simulator, training_costs
 
 if TYPE_CHECKING:
@@ -64,7 +66,12 @@ log = logging.getLogger(__name__)
 PROFILE_BATCH_SIZES: tuple[int, ...] = (8, 16, 32, 64)
 COMM_SIZES: tuple[int, ...] = tuple(64 * 4 ** k for k in range(10))     # 64 B .. 16 MiB
 FEED_SIZES: tuple[int, ...] = (4, 1 << 20, 4 << 20)                     # bytes fed per step
-DEVICE_TYPE_KEY = f"cpu-{RUNTIME_TAG}"       # ProfileDB device-type key of profiles measured this way
+DEVICE_TYPE_KEY = f"cpu-{RUNTIME_TAG}"       # ProfileDB device-type key of profiles measured the pinned way
+
+
+def device_type_key(runtime: Runtime) -> str:
+    """ProfileDB device-type key of op profiles measured under `runtime`."""
+    return f"cpu-{runtime.tag}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,7 +118,7 @@ class LocalMachine:
         return self.single_step_fixed_s + self.single_step_per_feed_byte_s * feed_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {"setup": dataclasses.asdict(self.setup), "runtime": RUNTIME_TAG,
+        return {"setup": self.setup.to_dict(), "runtime": self.setup.runtime.tag,
                 "p2p": {k: [list(s) for s in v] for k, v in self.p2p.items()},
                 "allreduce": {k: [list(s) for s in v] for k, v in self.allreduce.items()},
                 "conversion_launch_s": self.conversion_launch_s,
@@ -123,7 +130,7 @@ class LocalMachine:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LocalMachine":
-        return cls(LocalSetup(**d["setup"]), {k: [tuple(s) for s in v] for k, v in d["p2p"].items()},
+        return cls(LocalSetup.from_dict(d["setup"]), {k: [tuple(s) for s in v] for k, v in d["p2p"].items()},
                    {k: [tuple(s) for s in v] for k, v in d["allreduce"].items()},
                    float(d["conversion_launch_s"]), float(d["conversion_bandwidth"]),
                    float(d["step_fixed_s"]), float(d["step_per_feed_byte_s"]), float(d["single_step_fixed_s"]),
@@ -136,11 +143,11 @@ def _fit_samples(samples: Sequence[Sequence[float]]) -> SegmentedLinear:
     return SegmentedLinear.fit(nbytes, seconds, max_segments=3)
 
 
-MACHINE_MODEL_VERSION = 2      # part of the ProfileDB key: bump when LocalMachine gains a measurement
+MACHINE_MODEL_VERSION = 3      # part of the ProfileDB key: bump when LocalMachine gains a measurement
 
 
 def _db_key(setup: LocalSetup) -> str:
-    return f"local-{setup.name}-{RUNTIME_TAG}-m{MACHINE_MODEL_VERSION}-{setup.topology().fingerprint}"
+    return f"local-{setup.name}-{setup.runtime.tag}-m{MACHINE_MODEL_VERSION}-{setup.topology().fingerprint}"
 
 
 def _ring_devices(setup: LocalSetup, k: int) -> list[int]:
@@ -156,7 +163,7 @@ def measure_machine(setup: LocalSetup, *, sizes: Sequence[int] = COMM_SIZES, rep
     t0 = time.perf_counter()
     if setup.processes == 1:
         return _measure(setup, SetupRunner(setup), sizes, repeats, t0)
-    with local_servers(setup.processes, setup.devices_per_process) as spec:
+    with local_servers(setup.processes, setup.devices_per_process, setup.runtime) as spec:
         return _measure(setup, SetupRunner(setup, spec), sizes, repeats, t0)
 
 
@@ -174,10 +181,14 @@ def _measure(setup: LocalSetup, runner: SetupRunner, sizes: Sequence[int], repea
         message_s = measure_message_cost(runner, 0, n, max(repeats, 15))
         for k in range(2, setup.num_devices + 1):
             allreduce[f"inter:{k}"] = measure_collectives(runner, _ring_devices(setup, k), sizes, repeats)
-    step = measure_step_overhead(runner, FEED_SIZES, max(repeats, 15))
-    single = step if setup == LocalSetup(1, 1) else \
-        measure_step_overhead(SetupRunner(LocalSetup(1, 1)), FEED_SIZES, max(repeats, 15))
-    conv = measure_conversions(repeats=repeats)
+    # A step's own cost: one client driving every process, or (between-graph) each task driving
+    # its own part through its in-process server, fed its shard.
+    step_runner = OwnServerRunner(setup.runtime, n) if setup.between_graph else runner
+    step = measure_step_overhead(step_runner, FEED_SIZES, max(repeats, 15))
+    single_setup = LocalSetup(1, 1, setup.runtime)
+    single = step if setup == single_setup else \
+        measure_step_overhead(SetupRunner(single_setup), FEED_SIZES, max(repeats, 15))
+    conv = measure_conversions(repeats=repeats, runtime=setup.runtime)
     launch, per_byte = fit_line(conv)
     return LocalMachine(setup, p2p, allreduce, launch, 1.0 / per_byte if per_byte > 0 else 1e12,
                         *fit_line(step), *fit_line(single), message_s,
@@ -220,10 +231,10 @@ class ZooModel:
 
 def local_profile(analysis: Analysis, model: ZooModel | None, db: ProfileDB | None = None, *,
                   batch_sizes: Sequence[int] = PROFILE_BATCH_SIZES, repeats: int = 7,
-                  refresh: bool = False) -> OpProfile:
-    """The graph's OpProfile on this CPU with the local threads: from the ProfileDB (keyed by the
-    analysed graph's fingerprint and device type DEVICE_TYPE_KEY), or measured with `profile_model`
-    (single device, full tracing, `repeats` traced steps per batch size) and stored."""
+                  refresh: bool = False, runtime: Runtime = PINNED) -> OpProfile:
+    """The graph's OpProfile on this CPU under `runtime`'s threads: from the ProfileDB (keyed by the
+    analysed graph's fingerprint and `device_type_key(runtime)`), or measured with `profile_model`
+    (single device, full tracing, `repeats` traced steps per batch size, as written) and stored."""
     from tag_tf.measure.ops import profile_model
 
     fingerprint = analysis.graph.fingerprint
@@ -233,17 +244,18 @@ def local_profile(analysis: Analysis, model: ZooModel | None, db: ProfileDB | No
         if model is None:
             raise ProfileError("no stored profile of this graph on this CPU: pass model=ZooModel(...) "
                                "so it can be measured")
-        prof = profile_model(model.name, sizes, repeats=repeats, inter_op_threads=THREADS, **dict(model.kwargs))
+        prof = profile_model(model.name, sizes, repeats=repeats, inter_op_threads=runtime.threads, **dict(model.kwargs))
         return dataclasses.replace(prof, fingerprint=fingerprint,
-                                   info={**prof.info, "runtime": RUNTIME_TAG, "env": dict(RUNTIME_ENV)})
+                                   info={**prof.info, "runtime": runtime.tag, "env": runtime.env})
 
+    key = device_type_key(runtime)
     if db is None:
         return measure()
     if refresh:
         prof = measure()
-        db.put_op_profile(prof, fingerprint, DEVICE_TYPE_KEY, sizes)
+        db.put_op_profile(prof, fingerprint, key, sizes)
         return prof
-    prof, _ = db.op_profile(fingerprint, DEVICE_TYPE_KEY, sizes, measure)
+    prof, _ = db.op_profile(fingerprint, key, sizes, measure)
     return prof
 
 
@@ -269,15 +281,50 @@ def feed_bytes_of(graph: Graph) -> float:
     return float(total)
 
 
-def corrected_costs(analysis: Analysis, profile: OpProfile, per_op_s: float) -> OpCosts:
+def step_correction(profile: OpProfile, machine: LocalMachine, walls: Mapping[int, float],
+                    feed_bytes: Mapping[int, float]) -> tuple[float, float]:
+    """(seconds added to every profiled op, factor on every op's per-sample time) such that the
+    corrected op times add up to the untraced steps `walls` (batch size -> seconds, one device,
+    run as the runtime's real runs are): the line through (batch, wall - per-step cost - sum of
+    profiled op times) gives both, its intercept spread over the ops and its slope over their
+    per-sample times. What it carries: the executor's dispatch, tracing's inflation of small ops,
+    and the graph optimizations of real runs (the profile is traced as written; measured here,
+    Grappler's remapper doubles the transformer's per-sample time)."""
+    sizes = [b for b in profile.batch_sizes if b in walls]
+    if profile.num_ops == 0 or not sizes:
+        return 0.0, 1.0
+    rest = [walls[b] - machine.single_step_overhead(feed_bytes.get(b, 0.0)) - profile.total(b) for b in sizes]
+    if len(sizes) < 2:
+        return rest[0] / profile.num_ops, 1.0
+    slope, intercept = np.polyfit(np.asarray(sizes, dtype=np.float64), np.asarray(rest), 1)
+    per_sample = profile.total(1) - profile.total(0)
+    scale = 1.0 + slope / per_sample if per_sample > 0 else 1.0
+    return float(intercept) / profile.num_ops, float(max(scale, 0.1))
+
+
+def serial_share(alone: Mapping[int, float], side_by_side: Mapping[int, float], devices: int, batch: float) -> float:
+    """How much of the setup's devices run one after the other when each runs a replica: 0 when
+    side by side costs one replica alone (they overlap fully), 1 when it costs `devices` of them
+    (the cores were busy already), read at the profiled batch size nearest `batch`."""
+    sizes = [b for b in alone if b in side_by_side]
+    if devices < 2 or not sizes:
+        return 0.0
+    b = min(sizes, key=lambda s: abs(s - batch))
+    ratio = side_by_side[b] / alone[b]
+    return float(min(max((ratio - 1.0) / (devices - 1), 0.0), 1.0))
+
+
+def corrected_costs(analysis: Analysis, profile: OpProfile, per_op_s: float, per_sample_scale: float = 1.0) -> OpCosts:
     """Training op costs from the profile, each profiled op's fixed time shifted by `per_op_s`
-    (clipped at 0)."""
+    (clipped at 0) and its per-sample time scaled by `per_sample_scale`."""
     costs = training_costs(analysis, ("cpu",), profile)
     index = profile.index()
     rows = np.array([n in index for n in costs.op_names], dtype=bool)
     fixed = costs.fixed.copy()
     fixed[:, rows] = np.maximum(fixed[:, rows] + per_op_s, 0.0)
-    return dataclasses.replace(costs, fixed=fixed)
+    per_sample = costs.per_sample.copy()
+    per_sample[:, rows] *= per_sample_scale
+    return dataclasses.replace(costs, fixed=fixed, per_sample=per_sample)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,38 +332,87 @@ def corrected_costs(analysis: Analysis, profile: OpProfile, per_op_s: float) -> 
 # ---------------------------------------------------------------------------------------------
 class LocalSimulator(Simulator):
     """A Simulator whose reports add the per-step cost of a session.run: iteration_time_s is the
-    predicted wall time of one training step on the local setup."""
+    predicted wall time of one training step on the local setup.
 
-    def __init__(self, analysis: Analysis, machine: LocalMachine, profile: OpProfile, per_op_s: float):
+    Under a runtime with one inter-op thread a process runs its devices' ops one at a time
+    ("per-process" executors). Under TensorFlow's own pools ops run side by side but share the
+    machine's cores, which the engine cannot split: the prediction blends the step with every
+    device running its own ops ("per-device") and the step with every op of the machine one at a
+    time ("one"), weighted by `serial`, measured for the graph (`serial_share`)."""
+
+    def __init__(self, analysis: Analysis, machine: LocalMachine, profile: OpProfile, per_op_s: float,
+                 per_sample_scale: float = 1.0, serial: float = 0.0):
         topology = machine.topology()
-        costs = corrected_costs(analysis, profile, per_op_s)
-        super().__init__(analysis, topology, costs=costs, comm=machine.comm_model(topology))
+        costs = corrected_costs(analysis, profile, per_op_s, per_sample_scale)
+        comm = machine.comm_model(topology)
+        pinned = machine.setup.runtime.one_op_at_a_time
+        super().__init__(analysis, topology, costs=costs, comm=comm,
+                         cpu_executor="per-process" if pinned else "per-device")
         self.machine = machine
         self.profile = profile
         self.per_op_s = per_op_s
-        self.step_overhead_s = machine.step_overhead(feed_bytes_of(analysis.graph_b1))
+        self.per_sample_scale = per_sample_scale
+        self.serial = 0.0 if pinned else serial
+        self._serial = (Simulator(analysis, topology, costs=costs, comm=comm, cpu_executor="one")
+                        if self.serial > 0 else None)
+        feed = feed_bytes_of(analysis.graph_b1)
+        if machine.setup.between_graph:       # each task feeds its own shard
+            feed /= machine.setup.processes
+        self.step_overhead_s = machine.step_overhead(feed)
 
     def simulate(self, strategy: Strategy, *, detail: bool = False) -> SimReport:
         report = super().simulate(strategy, detail=detail)
-        return dataclasses.replace(report, iteration_time_s=report.iteration_time_s + self.step_overhead_s)
+        seconds = report.iteration_time_s
+        if self._serial is not None:
+            seconds += self.serial * (self._serial.simulate(strategy).iteration_time_s - seconds)
+        return dataclasses.replace(report, iteration_time_s=seconds + self.step_overhead_s)
 
 
 def local_simulator(analysis: Analysis, num_devices: int, processes: int = 1, *, db: ProfileDB | None = None,
                     model: ZooModel | None = None, profile: OpProfile | None = None, machine: LocalMachine | None = None,
-                    refresh: bool = False, profile_repeats: int = 7, comm_repeats: int = 7) -> LocalSimulator:
+                    refresh: bool = False, profile_repeats: int = 7, comm_repeats: int = 7,
+                    runtime: Runtime = PINNED, between_graph: bool = False) -> LocalSimulator:
     """A simulator of `analysis` on this machine: `num_devices` virtual CPU devices spread evenly
-    over `processes` local TensorFlow processes. The op profile and the machine measurements come
-    from `db` (a ProfileDB) when stored there, else they are measured now (the profile needs `model`
-    to rebuild the graph at the profiled batch sizes) and stored. `profile` / `machine` override."""
+    over `processes` local TensorFlow processes run by `runtime` (this process must run it too), one
+    client driving them all or (`between_graph`) each task its own part. The op profile and the
+    machine measurements come from `db` (a ProfileDB) when stored there, else they are measured now
+    (the profile needs `model` to rebuild the graph at the profiled batch sizes) and stored.
+    `profile` / `machine` override."""
     if num_devices < 1 or processes < 1 or num_devices % processes:
         raise ProfileError(f"local simulator: {num_devices} devices do not split evenly over {processes} processes")
-    setup = LocalSetup(processes, num_devices // processes)
+    setup = LocalSetup(processes, num_devices // processes, runtime, between_graph)
     if machine is None:
         machine = local_machine(setup, db, refresh=refresh, repeats=comm_repeats)
     if profile is None:
-        profile = local_profile(analysis, model, db, repeats=profile_repeats, refresh=refresh)
-    per_op = executor_overhead(profile, machine, _profile_feed_bytes(analysis, profile))
-    return LocalSimulator(analysis, machine, profile, per_op)
+        profile = local_profile(analysis, model, db, repeats=profile_repeats, refresh=refresh, runtime=runtime)
+    feeds = _profile_feed_bytes(analysis, profile)
+    if runtime.one_op_at_a_time:
+        return LocalSimulator(analysis, machine, profile, executor_overhead(profile, machine, feeds))
+    # TensorFlow's pools: corrected to one device's untraced steps, blended by how the setup's
+    # devices overlap when each runs a replica.
+    alone = corun(analysis, LocalSetup(1, 1, runtime), profile, model, db, repeats=profile_repeats, refresh=refresh)
+    side = corun(analysis, setup, profile, model, db, repeats=profile_repeats, refresh=refresh)
+    serial = serial_share(alone, side, setup.num_devices, analysis.batch_size / setup.num_devices)
+    return LocalSimulator(analysis, machine, profile, *step_correction(profile, machine, alone, feeds), serial)
+
+
+def corun(analysis: Analysis, setup: LocalSetup, profile: OpProfile, model: ZooModel | None, db: ProfileDB | None,
+          *, repeats: int = 7, refresh: bool = False) -> dict[int, float]:
+    """The graph's step at each profiled batch size with every device of `setup` running a replica
+    side by side (`corun.corun_walls`): from the ProfileDB, or measured now and stored."""
+    key = (f"corun-{analysis.graph.fingerprint}-{setup.processes}x{setup.devices_per_process}-{setup.runtime.tag}-"
+           f"{'-'.join(map(str, profile.batch_sizes))}")
+    if db is not None and not refresh:
+        found = db.get_comm(key)
+        if found is not None and isinstance(found.get("walls"), dict):
+            return {int(b): float(t) for b, t in found["walls"].items()}
+    if model is None:
+        raise ProfileError("no stored side-by-side steps of this graph on this CPU: pass model=ZooModel(...) "
+                           "so they can be measured")
+    walls = corun_walls(model.name, dict(model.kwargs), setup, profile.batch_sizes, repeats)
+    if db is not None:
+        db.put_comm(key, {"walls": {str(b): t for b, t in walls.items()}, "setup": setup.to_dict()})
+    return walls
 
 
 def _profile_feed_bytes(analysis: Analysis, profile: OpProfile) -> dict[int, float]:
@@ -325,6 +421,6 @@ def _profile_feed_bytes(analysis: Analysis, profile: OpProfile) -> dict[int, flo
     return {b: per_sample * b for b in profile.batch_sizes}
 
 
-__all__ = ["THREADS", "PROFILE_BATCH_SIZES", "LocalSetup", "LocalMachine", "LocalSimulator", "ZooModel",
+__all__ = ["THREADS", "RUNTIME_ENV", "RUNTIME_TAG", "PINNED", "TF_DEFAULTS", "RUNTIMES", "Runtime", "PROFILE_BATCH_SIZES", "LocalSetup", "LocalMachine", "LocalSimulator", "ZooModel",
            "configure_runtime", "local_servers", "session_config", "local_machine", "measure_machine",
            "local_profile", "local_simulator", "executor_overhead"]

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from tag_tf.measure.comm import chain_length, time_pair
-from tag_tf.localmachine.runtime import SetupRunner, session_config
+from tag_tf.localmachine.runtime import PINNED, Runtime, SetupRunner, session_config
 
 _KEYS = itertools.count(1 << 30)   # collective keys of the measurements: far above the ones compiled graphs use
 
@@ -158,7 +158,7 @@ def measure_step_overhead(runner: SetupRunner, feed_sizes: Sequence[int], repeat
 # The compiler's conversions on a CPU device, and the bytes the simulator charges for each
 # (kernels/expand.h: split and concat 2x the tensor, AddN (n+1)x, zeros 1x).
 def measure_conversions(sizes: Sequence[int] = (1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22),
-                        repeats: int = 7) -> list[tuple[float, float]]:
+                        repeats: int = 7, runtime: Runtime = PINNED) -> list[tuple[float, float]]:
     """[(charged bytes, seconds)] of ConcatV2, AddN (2 inputs) and ZerosLike on one CPU device of
     this process, from traced op times (like the profile). SplitV is left out: on the batch axis it
     returns views of its input (about 1 us at any size), which the simulator's one memcpy model
@@ -183,7 +183,7 @@ def measure_conversions(sizes: Sequence[int] = (1 << 10, 1 << 14, 1 << 18, 1 << 
         charged = {"concat": 2.0 * 2 * nbytes, "addn": 3.0 * nbytes, "zeros": 1.0 * nbytes}
         times: dict[str, list[float]] = {k: [] for k in charged}
         opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
-        with tf.compat.v1.Session(graph=g, config=session_config(1)) as sess:
+        with tf.compat.v1.Session(graph=g, config=session_config(1, runtime=runtime)) as sess:
             sess.run(init)
             for r in range(repeats + 2):
                 meta = tf.compat.v1.RunMetadata()

@@ -1,14 +1,16 @@
-"""How the local machine model runs TensorFlow: runtime settings, setups and their sessions.
+"""How the local machine model runs TensorFlow: runtimes, setups and their sessions.
 
-Runtime configuration (`configure_runtime` before TensorFlow is imported, `session_config` for
-every session; the profile, the measurements and the real runs all use it; RUNTIME_TAG names it in
-every ProfileDB key):
+A `Runtime` is how every process of a setup runs TensorFlow; the model describes one runtime at a
+time (its tag is part of every ProfileDB key), and the process that measures or predicts must run
+it too (`configure_runtime` before TensorFlow is imported: thread pools and oneDNN are per process).
+
+PINNED (tag "t1s2-eigen"), the runtime the simulator-accuracy benchmark judges the model on:
   * one intra-op thread per process: an op uses one core, as when it was profiled alone, and P
     processes on this machine's cores do not fight over intra-op threads;
   * one inter-op thread in a process that runs ops itself: the simulator runs the ops of all CPU
     devices of one machine one at a time (they share the process's executor), and with one
     inter-op thread that is literally what TensorFlow does;
-  * SERVER_INTER_OP_THREADS (2) in server processes: a gRPC worker runs its request handlers
+  * 2 inter-op threads in server processes: a gRPC worker runs its request handlers
     (RecvTensor, RecvBuf of collectives, RunGraph) on the inter-op pool, and the executor runs a
     chain of ready ops inline without returning to the pool; with one thread a peer's request for a
     tensor waits until that whole chain has run (measured: the second process of a 2-process DP
@@ -20,8 +22,16 @@ every ProfileDB key):
     cost the same wherever they run;
   * Grappler, constant folding and CSE off, as in the profiler: every op runs as written.
 
-A `LocalSetup` is P local processes with n virtual CPU devices each; a `SetupRunner` opens sessions
-on one, in this process or on its `local_servers`.
+TF_DEFAULTS (tag "tfdefault"): what a user's program gets: TensorFlow's own thread pools, oneDNN as
+TensorFlow sets it, Grappler on in the real runs. Probes and op traces still run as written (their
+graphs and names must survive); the per-graph correction is fitted to untraced steps with Grappler
+on, so the whole-step effect of its rewrites (measured: the remapper makes the zoo transformer's
+step 2.4x slower here) reaches the prediction.
+
+A `LocalSetup` is P local processes with n virtual CPU devices each, run by one client (the chief
+drives every step) or as between-graph tasks (each process drives its own part of every step
+through its own in-process server, as under TF_CONFIG); a `SetupRunner` opens sessions on one, in
+this process or on its `local_servers`.
 """
 from __future__ import annotations
 
@@ -30,7 +40,7 @@ import dataclasses
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from tag_tf.errors import ProfileError
 
@@ -39,25 +49,69 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-THREADS = 1                  # inter-op and intra-op threads of a process that runs the strategy itself
-SERVER_INTER_OP_THREADS = 2  # inter-op threads of local server processes (see the module docstring)
-RUNTIME_TAG = f"t{THREADS}s{SERVER_INTER_OP_THREADS}-eigen"             # part of every ProfileDB key
 TIMEOUT_MS = 60_000
+_RUNTIME_KEYS = ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_ENABLE_ONEDNN_OPTS")
 
 
-# ---------------------------------------------------------------------------------------------
-# Threads and sessions
-# ---------------------------------------------------------------------------------------------
-RUNTIME_ENV = {"TF_NUM_INTEROP_THREADS": str(THREADS), "TF_NUM_INTRAOP_THREADS": str(THREADS),
-               "TF_ENABLE_ONEDNN_OPTS": "0"}
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """How the processes of a setup run TensorFlow (see the module docstring)."""
+
+    tag: str                              # part of every ProfileDB key of what is measured under it
+    threads: int | None                   # inter- and intra-op threads of a process that runs ops (None: TF's)
+    server_inter_op_threads: int | None   # inter-op threads of server processes (None: TF's)
+    onednn: bool | None                   # TF_ENABLE_ONEDNN_OPTS (None: TensorFlow's default)
+    grappler: bool                        # graph optimizations in real runs (probes and traces never)
+
+    @property
+    def one_op_at_a_time(self) -> bool:
+        """One inter-op thread: a process runs its devices' ops one at a time (TF's own pools run
+        them side by side)."""
+        return self.threads == 1
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment a process of this runtime starts with (unset keys: TensorFlow's default)."""
+        env = {}
+        if self.threads:
+            env["TF_NUM_INTEROP_THREADS"] = env["TF_NUM_INTRAOP_THREADS"] = str(self.threads)
+        if self.onednn is not None:
+            env["TF_ENABLE_ONEDNN_OPTS"] = "1" if self.onednn else "0"
+        return env
+
+    def server_env(self) -> dict[str, str]:
+        env = self.env
+        if self.server_inter_op_threads:
+            env["TF_NUM_INTEROP_THREADS"] = str(self.server_inter_op_threads)
+        return env
 
 
-def configure_runtime() -> bool:
-    """Set RUNTIME_ENV for this process and the server processes it starts (they inherit the
-    environment). Must run before TensorFlow is imported (oneDNN) and before its first session
-    (thread pools are created once per process). Returns False, and logs a warning, when TensorFlow
-    was imported already: the setting may then not apply to this process."""
-    os.environ.update(RUNTIME_ENV)
+PINNED = Runtime("t1s2-eigen", threads=1, server_inter_op_threads=2, onednn=False, grappler=False)
+TF_DEFAULTS = Runtime("tfdefault", threads=None, server_inter_op_threads=None, onednn=None, grappler=True)
+RUNTIMES = {r.tag: r for r in (PINNED, TF_DEFAULTS)}
+
+# The pinned runtime's figures, named as before (benchmarks record them).
+THREADS = 1
+SERVER_INTER_OP_THREADS = 2
+RUNTIME_TAG = PINNED.tag
+RUNTIME_ENV = PINNED.env
+
+
+def _apply_env(env: dict[str, str]) -> None:
+    for key in _RUNTIME_KEYS:
+        if key in env:
+            os.environ[key] = env[key]
+        else:
+            os.environ.pop(key, None)
+
+
+def configure_runtime(runtime: Runtime = PINNED) -> bool:
+    """Set `runtime`'s environment for this process and the server processes it starts (they
+    inherit it; keys the runtime leaves to TensorFlow are unset). Must run before TensorFlow is
+    imported (oneDNN) and before its first session (thread pools are created once per process).
+    Returns False, and logs a warning, when TensorFlow was imported already: the setting may then
+    not apply to this process."""
+    _apply_env(runtime.env)
     if "tensorflow" in sys.modules:
         log.warning("configure_runtime: TensorFlow is already imported; this process may keep "
                     "oneDNN and its thread pool sizes")
@@ -66,38 +120,35 @@ def configure_runtime() -> bool:
 
 
 @contextlib.contextmanager
-def local_servers(processes: int, devices_per_process: int) -> Iterator[Any]:
-    """`runtime.cluster.local_cluster` whose servers run SERVER_INTER_OP_THREADS inter-op threads
-    (and RUNTIME_ENV otherwise). Yields the ClusterSpec."""
+def local_servers(processes: int, devices_per_process: int, runtime: Runtime = PINNED) -> Iterator[Any]:
+    """`runtime.cluster.local_cluster` whose servers run `runtime`'s server environment. Yields the
+    ClusterSpec."""
     from tag_tf.runtime.cluster import local_cluster
 
-    saved = {k: os.environ.get(k) for k in RUNTIME_ENV}
-    os.environ.update(RUNTIME_ENV)
-    os.environ["TF_NUM_INTEROP_THREADS"] = str(SERVER_INTER_OP_THREADS)
+    saved = {k: os.environ.get(k) for k in _RUNTIME_KEYS}
+    _apply_env(runtime.server_env())
     cluster = local_cluster(processes, devices_per_process, timeout_ms=TIMEOUT_MS)
     try:
         spec, _ = cluster.__enter__()          # the servers start here, with this environment
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _apply_env({k: v for k, v in saved.items() if v is not None})
     try:
         yield spec
     finally:
         cluster.__exit__(None, None, None)
 
 
-def session_config(num_cpus: int = 1, *, leader: str | None = None, timeout_ms: int = TIMEOUT_MS) -> Any:
-    """ConfigProto of the local model's sessions: `num_cpus` virtual CPU devices, THREADS threads,
-    every op as written (no Grappler, folding or CSE: the profiler's setting), an operation
-    timeout, and the collective group leader for cluster sessions (`tag_tf.runtime.sessions.session_config`
-    with these settings)."""
+def session_config(num_cpus: int = 1, *, leader: str | None = None, timeout_ms: int = TIMEOUT_MS,
+                   runtime: Runtime = PINNED, as_written: bool = True) -> Any:
+    """ConfigProto of the local model's sessions: `num_cpus` virtual CPU devices, `runtime`'s threads,
+    an operation timeout and the collective group leader for cluster sessions
+    (`tag_tf.runtime.sessions.session_config` with these settings). `as_written` (the default, for
+    probes and traces): no Grappler, folding or CSE; False: the runtime's own graph optimizations."""
     from tag_tf.runtime.sessions import session_config as runtime_session_config
 
     return runtime_session_config(num_cpus, timeout_ms=timeout_ms, collective_leader=leader,
-                                  inter_op_threads=THREADS, intra_op_threads=THREADS, as_written=True)
+                                  inter_op_threads=runtime.threads, intra_op_threads=runtime.threads,
+                                  as_written=as_written or not runtime.grappler)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,14 +156,31 @@ def session_config(num_cpus: int = 1, *, leader: str | None = None, timeout_ms: 
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class LocalSetup:
-    """`processes` TensorFlow processes on this machine with `devices_per_process` CPU devices each."""
+    """`processes` TensorFlow processes on this machine with `devices_per_process` CPU devices each,
+    run by `runtime`; `between_graph`: every process drives its own part of each step (TF_CONFIG
+    tasks), else one client drives them all."""
 
     processes: int = 1
     devices_per_process: int = 1
+    runtime: Runtime = PINNED
+    between_graph: bool = False
 
     def __post_init__(self) -> None:
         if self.processes < 1 or self.devices_per_process < 1:
             raise ProfileError(f"local setup: need >= 1 process and device, got {self}")
+        if self.between_graph and self.processes < 2:
+            raise ProfileError(f"local setup: between-graph needs >= 2 processes, got {self}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"processes": self.processes, "devices_per_process": self.devices_per_process,
+                "runtime": self.runtime.tag, "between_graph": self.between_graph}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "LocalSetup":
+        tag = d.get("runtime", PINNED.tag)
+        if tag not in RUNTIMES:
+            raise ProfileError(f"local setup: unknown runtime {tag!r} (known: {', '.join(RUNTIMES)})")
+        return cls(int(d["processes"]), int(d["devices_per_process"]), RUNTIMES[tag], bool(d.get("between_graph")))
 
     @property
     def num_devices(self) -> int:
@@ -120,7 +188,7 @@ class LocalSetup:
 
     @property
     def name(self) -> str:
-        return f"{self.processes}proc-{self.devices_per_process}cpu"
+        return f"{self.processes}proc-{self.devices_per_process}cpu" + ("-tasks" if self.between_graph else "")
 
     def topology(self) -> Topology:
         """The simulator's topology: `local:N` (one process) or `cpu_topology(P, n)`."""
@@ -151,7 +219,33 @@ class SetupRunner:
     def session(self, graph: Any) -> Any:
         import tensorflow as tf
 
+        runtime = self.setup.runtime
         if self.spec is None:
-            return tf.compat.v1.Session(graph=graph, config=session_config(self.setup.devices_per_process))
+            return tf.compat.v1.Session(graph=graph, config=session_config(self.setup.devices_per_process,
+                                                                           runtime=runtime))
         return tf.compat.v1.Session(self.spec.target, graph=graph,
-                                    config=session_config(self.setup.devices_per_process, leader=self.spec.leader))
+                                    config=session_config(self.setup.devices_per_process, leader=self.spec.leader,
+                                                          runtime=runtime))
+
+
+class OwnServerRunner(SetupRunner):
+    """Sessions on an in-process server of a one-task cluster: they reach their master in process and
+    run through the worker interface, as a between-graph task drives its own part of a step. The
+    server lives as long as this process (TensorFlow cannot stop an in-process server)."""
+
+    def __init__(self, runtime: Runtime, devices_per_process: int = 1):
+        import tensorflow as tf
+
+        from tag_tf.runtime.cluster import free_ports
+
+        super().__init__(LocalSetup(1, devices_per_process, runtime))
+        self.devices = [f"/job:task/replica:0/task:0/device:CPU:{i}" for i in range(devices_per_process)]
+        cluster = tf.train.ClusterSpec({"task": [f"127.0.0.1:{free_ports(1)[0]}"]})
+        self.server = tf.distribute.Server(cluster, job_name="task", task_index=0, start=True,
+                                           config=session_config(devices_per_process, runtime=runtime))
+
+    def session(self, graph: Any) -> Any:
+        import tensorflow as tf
+
+        return tf.compat.v1.Session(self.server.target, graph=graph,
+                                    config=session_config(self.setup.devices_per_process, runtime=self.setup.runtime))

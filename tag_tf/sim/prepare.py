@@ -135,12 +135,20 @@ def device_types(topology: Topology) -> tuple[str, ...]:
     return tuple(dict.fromkeys(d.type for d in topology.devices))
 
 
-def prepare(analysis: Analysis, topology: Topology, costs: OpCosts, comm: CommModel | None = None) -> Prepared:
+CPU_EXECUTORS = ("per-process", "per-device", "one")
+
+
+def prepare(analysis: Analysis, topology: Topology, costs: OpCosts, comm: CommModel | None = None, *,
+            cpu_executor: str = "per-process") -> Prepared:
     """`costs`: OpCosts over the training ops (members of planned ops) for `device_types(topology)`;
     `comm`: a CommModel whose fitted models override the topology's analytical links, or None.
 
-    CPU-typed devices are virtual devices of one TensorFlow process per machine: they share that
-    process's executor, so the simulator runs their ops one at a time per machine."""
+    CPU-typed devices are virtual devices of one TensorFlow process per machine. `cpu_executor`
+    says whose ops run one at a time: "per-process" (a process with one inter-op thread: its
+    devices share its executor), "per-device" (each device runs its own ops, as GPUs do), "one"
+    (every CPU device of the topology: processes whose ops each use all cores of one host)."""
+    if cpu_executor not in CPU_EXECUTORS:
+        raise ValueError(f"cpu_executor {cpu_executor!r}: one of {', '.join(CPU_EXECUTORS)}")
     index = {n: i for i, n in enumerate(analysis.planning.ops)}
     types = device_types(topology)
     edges, tensor_refs = _edge_arrays(analysis, index)
@@ -148,7 +156,7 @@ def prepare(analysis: Analysis, topology: Topology, costs: OpCosts, comm: CommMo
     return Prepared(
         num_ops=len(analysis.planning.ops), num_groups=len(analysis.grouping.groups), batch=analysis.batch_size,
         **_op_facts(analysis), **_op_costs(analysis, index, types, costs), **_op_bytes(analysis, index),
-        **edges, **_fusion_arrays(analysis, tensor_refs), **_device_arrays(topology, types), **links,
+        **edges, **_fusion_arrays(analysis, tensor_refs), **_device_arrays(topology, types, cpu_executor), **links,
         link_names=link_names, tensor_names=tuple(str(r) for r in tensor_refs), device_types=types,
         comm=None if comm is None else _comm_fits(comm, topology.num_devices))
 
@@ -261,7 +269,7 @@ def _fusion_arrays(analysis: Analysis, refs: list[TensorRef]) -> dict[str, Any]:
 
 
 # -- devices and links -----------------------------------------------------------------------------
-def _device_arrays(topology: Topology, types: tuple[str, ...]) -> dict[str, Any]:
+def _device_arrays(topology: Topology, types: tuple[str, ...], cpu_executor: str = "per-process") -> dict[str, Any]:
     """num_devices, num_types, num_hosts and the dev_* and type_* arrays."""
     from tag_tf.topology.gpus import gpu_type
 
@@ -271,7 +279,8 @@ def _device_arrays(topology: Topology, types: tuple[str, ...]) -> dict[str, Any]
     return {"num_devices": len(devices), "num_types": len(types), "num_hosts": topology.num_machines,
             "dev_type": np.array([type_index[d.type] for d in devices], dtype=np.int32),
             "dev_machine": np.array([d.machine for d in devices], dtype=np.int32),
-            "dev_host": np.array([d.machine if d.type == "cpu" else -1 for d in devices], dtype=np.int32),
+            "dev_host": np.array([-1 if d.type != "cpu" or cpu_executor == "per-device" else
+                                  0 if cpu_executor == "one" else d.machine for d in devices], dtype=np.int32),
             "dev_capacity": np.array([d.memory_bytes for d in devices], dtype=np.int64),
             "type_mem_bw": np.array([g.mem_bandwidth for g in gpus], dtype=np.float64),
             "type_launch": np.array([g.launch_overhead_s for g in gpus], dtype=np.float64)}

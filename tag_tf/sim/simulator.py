@@ -82,11 +82,13 @@ class OpEdges(NamedTuple):
 class Simulator:
     def __init__(self, analysis: Analysis, topology: Topology, costs: OpCosts | None = None,
                  comm: CommModel | None = None, profile: OpProfile | Iterable[OpProfile] | None = None,
-                 calibration: Any = "default", cost_model: CostModel | None = None):
+                 calibration: Any = "default", cost_model: CostModel | None = None, *,
+                 cpu_executor: str = "per-process"):
         """`costs`: OpCosts for the training ops (default: a measured `profile` -- one OpProfile or
         several -- where its device type matches, else the analytical `cost_model`); `comm`: a CommModel with fitted transfers, or None;
         `calibration`: "default" (the shipped fit for the `testbed`/`cloud` presets, datasheet
-        physics elsewhere), None or "nominal" (datasheet), a calibration file or a Calibration."""
+        physics elsewhere), None or "nominal" (datasheet), a calibration file or a Calibration;
+        `cpu_executor`: whose CPU ops run one at a time (see `prepare`)."""
         from tag_tf import _simcore
 
         self.analysis = analysis
@@ -97,7 +99,9 @@ class Simulator:
         self._comm = comm
         self._regrouped: dict[tuple[int, ...], "Simulator"] = {}
         self._own_groups = analysis.op_groups
-        self.nominal: Prepared = prepare(analysis, topology, costs, comm)      # datasheet physics
+        self.cpu_executor = cpu_executor
+        self.nominal: Prepared = prepare(analysis, topology, costs, comm,       # datasheet physics
+                                         cpu_executor=cpu_executor)
         self.calibration = resolve_calibration(calibration, topology)
         self._members = member_counts(analysis)
         self.prepared: Prepared = (self.nominal if self.calibration is None
@@ -134,7 +138,8 @@ class Simulator:
         key = tuple(strategy.op_groups)
         if key not in self._regrouped:
             other = Simulator(self.analysis.for_strategy(strategy), self.topology, costs=self.costs,
-                              comm=self._comm, calibration=self.calibration)
+                              comm=self._comm, calibration=self.calibration,
+                              cpu_executor=self.cpu_executor)
             self._regrouped[key] = other
         return self._regrouped[key]
 

@@ -1,0 +1,181 @@
+"""Replicas side by side: the wall time of a graph's training step while every device of a setup
+runs a replica of its own, each process with its own session, all at once.
+
+Under TensorFlow's default thread pools the devices of a process run their ops side by side and
+every process's ops spread over all cores, so what an op costs depends on what runs beside it (the
+transformer's matmuls use both cores alone and gain nothing from a second device; the cnn's tiny
+ops run one thread each and overlap). No single-device profile says which; running the setup's
+replicas side by side measures it for this graph (`model.corun_correction` turns it into per-op
+costs).
+
+A setup of P processes runs P-1 helper processes (`python -m tag_tf.localmachine.corun`), which
+rebuild the zoo model, and are told on stdin which batch size to run until the next line."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import statistics
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+from tag_tf.errors import ProfileError
+from tag_tf.localmachine.runtime import RUNTIMES, LocalSetup, Runtime, session_config
+
+if TYPE_CHECKING:
+    from tag_tf.measure.ops import TrainStep
+
+READY = "corun-ready"
+HELPER_TIMEOUT_S = 300.0
+WARMUP_S, MEASURE_S, MAX_STEPS = 0.3, 0.5, 400      # per batch size (see _timed)
+
+
+def train_steps(name: str, kwargs: Mapping[str, Any], sizes: Sequence[int]) -> dict[int, TrainStep]:
+    """The zoo model's training step at each batch size, as `profile_model` builds it (seeded batches)."""
+    from tag_tf.measure.ops import TrainStep
+    from tag_tf.models import build_model
+
+    rng = np.random.default_rng(0)
+    if kwargs.get("dynamic_batch"):
+        built = build_model(name, batch_size=max(sizes), **kwargs)
+        return {b: TrainStep.from_model(built, b, rng) for b in sizes}
+    return {b: TrainStep.from_model(build_model(name, batch_size=b, **kwargs), b, rng) for b in sizes}
+
+
+class Replicas:
+    """`devices` replicas of each batch size's training step in one session of this process, replica
+    i on CPU device i (names prefixed r<i>/), run as `runtime`'s real runs are (its graph
+    optimizations included)."""
+
+    def __init__(self, steps: Mapping[int, TrainStep], devices: int, runtime: Runtime):
+        import tensorflow as tf
+
+        self.sessions: dict[int, Any] = {}
+        self.fetches: dict[int, list[str]] = {}
+        self.feeds: dict[int, dict[str, np.ndarray]] = {}
+        for b, st in steps.items():
+            graph = tf.Graph()
+            with graph.as_default():
+                for i in range(devices):
+                    with tf.device(f"/device:CPU:{i}"):
+                        tf.graph_util.import_graph_def(st.graph_def, name=f"r{i}")
+            sess = tf.compat.v1.Session(graph=graph, config=session_config(devices, runtime=runtime, as_written=False))
+            if st.init_op:
+                sess.run([f"r{i}/{st.init_op}" for i in range(devices)])
+            self.sessions[b] = sess
+            self.fetches[b] = [f"r{i}/{st.train_op}" for i in range(devices)]
+            self.feeds[b] = {f"r{i}/{k}": v for i in range(devices) for k, v in st.feed.items()}
+
+    def step(self, b: int) -> float:
+        start = time.perf_counter()
+        self.sessions[b].run(self.fetches[b], self.feeds[b])
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        for sess in self.sessions.values():
+            sess.close()
+
+
+def corun_walls(name: str, kwargs: Mapping[str, Any], setup: LocalSetup, sizes: Sequence[int], repeats: int,
+                warmup: int = 3) -> dict[int, float]:
+    """{batch size per replica: median seconds of this process's step} while every device of `setup`
+    runs a replica at that batch size (this process: `devices_per_process` of them; each other
+    process of the setup: a helper running as many)."""
+    sizes = sorted({int(b) for b in sizes})
+    helpers = [_start_helper(name, kwargs, setup, sizes) for _ in range(setup.processes - 1)]
+    replicas = None
+    try:
+        replicas = Replicas(train_steps(name, kwargs, sizes), setup.devices_per_process, setup.runtime)
+        walls: dict[int, float] = {}
+        for b in sizes:
+            for proc in helpers:          # the helpers switch to b and warm up before we time anything
+                _tell(proc, str(b))
+            for proc in helpers:
+                _expect(proc, READY)
+            _timed(replicas, b, warmup, WARMUP_S)
+            walls[b] = statistics.median(_timed(replicas, b, repeats, MEASURE_S))
+        return walls
+    finally:
+        if replicas is not None:
+            replicas.close()
+        for proc in helpers:
+            _stop(proc)
+
+
+def _timed(replicas: Replicas, b: int, steps: int, seconds: float) -> list[float]:
+    """At least `steps` steps and at least `seconds` of them (at most MAX_STEPS): a tiny graph's
+    step is a fraction of a millisecond, and its first tens of steps run slower."""
+    times: list[float] = []
+    while len(times) < steps or (sum(times) < seconds and len(times) < MAX_STEPS):
+        times.append(replicas.step(b))
+    return times
+
+
+def _start_helper(name: str, kwargs: Mapping[str, Any], setup: LocalSetup, sizes: Sequence[int]) -> subprocess.Popen:
+    env = dict(os.environ)
+    for key in ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_ENABLE_ONEDNN_OPTS"):
+        env.pop(key, None)
+    env.update(setup.runtime.env)
+    cmd = [sys.executable, "-m", "tag_tf.localmachine.corun", json.dumps(
+        {"name": name, "kwargs": dict(kwargs), "devices": setup.devices_per_process, "runtime": setup.runtime.tag,
+         "sizes": list(sizes)})]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=env, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    _expect(proc, READY)            # built and initialised
+    return proc
+
+
+def _tell(proc: subprocess.Popen, line: str) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+
+
+def _expect(proc: subprocess.Popen, what: str) -> None:
+    """Wait for the helper's next line, which must be `what`; a helper that dies or stalls is an error."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], HELPER_TIMEOUT_S)
+    line = proc.stdout.readline().strip() if ready else ""
+    if line != what:
+        _stop(proc)
+        raise ProfileError(f"co-run helper (pid {proc.pid}) "
+                           + (f"said {line!r}, expected {what!r}" if line else
+                              f"exited {proc.returncode}" if proc.returncode is not None else
+                              f"sent nothing in {HELPER_TIMEOUT_S:.0f} s"))
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+
+
+def _helper(spec: Mapping[str, Any]) -> None:
+    """A helper's body: build, say READY; then for each batch size read from stdin: warm up, say
+    READY, and run steps until the next line (end of input: exit)."""
+    replicas = Replicas(train_steps(spec["name"], spec["kwargs"], spec["sizes"]), int(spec["devices"]),
+                        RUNTIMES[spec["runtime"]])
+    print(READY, flush=True)
+    b = None
+    while True:
+        if b is None or select.select([sys.stdin], [], [], 0)[0]:
+            line = sys.stdin.readline()
+            if not line.strip():
+                break
+            b = int(line)
+            _timed(replicas, b, 3, WARMUP_S)
+            print(READY, flush=True)
+        replicas.step(b)
+    replicas.close()
+
+
+if __name__ == "__main__":
+    _helper(json.loads(sys.argv[1]))
