@@ -115,6 +115,7 @@ def predict(model_name: str, args: argparse.Namespace) -> dict:
     import tensorflow as tf
 
     import tag_tf
+    from tag_tf.frontend.run_cost import measure_run_cost
     from tag_tf.localmachine import model as lm
     from tag_tf.models import build_model
     from tag_tf.profile.db import ProfileDB
@@ -130,6 +131,7 @@ def predict(model_name: str, args: argparse.Namespace) -> dict:
             sess.run(model.init_op)
             sess.run(model.train_op, batch)
     analysis = d.programs[0].analysis
+    layer = measure_run_cost()          # tag_tf's session layer, on every row's step
     db = ProfileDB(args.db)
     zoo = lm.ZooModel.of(model_name, **model_kwargs(model_name))
     out = {}
@@ -137,10 +139,11 @@ def predict(model_name: str, args: argparse.Namespace) -> dict:
         started = time.perf_counter()
         processes = int(row["processes"])
         sim = lm.local_simulator(analysis, 2, processes, db=db, model=zoo, runtime=lm.TF_DEFAULTS,
-                                 between_graph=processes > 1 and bool(row["between_graph"]))
+                                 between_graph=processes > 1 and bool(row["between_graph"]), run_layer_s=layer)
         strategy = Strategy.from_dict(row["strategy"], source=key)
         out[key] = {"predicted_ms": sim.simulate(strategy).iteration_time_s * 1e3,
-                    "predicted_setup": sim.machine.setup.name, "predict_s": round(time.perf_counter() - started, 1)}
+                    "predicted_setup": sim.machine.setup.name, "predict_s": round(time.perf_counter() - started, 1),
+                    "predicted_serial": round(sim.serial, 3), "run_layer_ms": layer * 1e3}
     return out
 
 
@@ -373,11 +376,22 @@ def main() -> None:
                          "of the plan they ran, and the JSON the prediction error per setup")
     ap.add_argument("--db", help="with --predict: ProfileDB directory of the local machine model (default: a fresh "
                                  "temporary one; measuring it takes minutes per model)")
+    ap.add_argument("--predict-only", metavar="JSON",
+                    help="no runs: predict the tag_tf rows of a previous run's JSON again (--out, default: that file)")
     ap.add_argument("--run", help=argparse.SUPPRESS)
     ap.add_argument("--plans", help=argparse.SUPPRESS)        # internal: --run predict's rows          # internal: one configuration, in this process
     args = ap.parse_args()
     if args.run == "predict":
         print(json.dumps(predict(args.models, args)))
+        return
+    if args.predict_only:         # a previous run's rows (their plans), predicted again
+        data = json.load(open(args.predict_only))
+        args.models = ",".join(data["model_kwargs"])
+        add_predictions(data["rows"], args)
+        data["prediction"] = prediction_error(data["rows"])
+        print(json.dumps(data["prediction"], indent=1))
+        with open(args.out or args.predict_only, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
         return
     if args.run:
         result = run_in_this_process(args.run, args.models, args)
@@ -410,8 +424,6 @@ def main() -> None:
     rows = {key: representative(found) for key, found in runs.items()}
     if args.predict:
         add_predictions(rows, args)
-    for row in rows.values():
-        row.pop("strategy", None)      # the plan's name stays
     out = {"measured": True, "machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
            "batch": args.batch, "warmup": args.warmup, "steps": args.steps, "repeats": args.repeats,
            "optimizer": "momentum 0.9",

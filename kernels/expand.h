@@ -429,15 +429,17 @@ class Expander {
     // of the latency is waiting. The bytes then move on the link beside the ops: on this
     // machine's two cores, charging them to the executors as well predicted worse
     // (benchmarks/simulator_accuracy.py).
+    // (Processes are machines; one executor may serve several of them: then it is held once.)
     const int32_t ha = p_.dev_host[from], hb = p_.dev_host[to];
     double duration = total;
     int32_t handled = -1;
-    if (ha >= 0 && hb >= 0 && ha != hb) {
+    if (ha >= 0 && hb >= 0 && p_.dev_machine[from] != p_.dev_machine[to]) {
       const double latency = std::min(p2p_time(from, to, 0.0), total);
       const double cpu = std::min(p_.host_message_s, latency);
       const int32_t op = meta_ ? meta_->op[task] : -1;
       const int32_t wait = add_task(kTransfer, latency - cpu, to, op, 0, {}, task);
-      handled = add_task(kTransfer, cpu, to, op, 0, {host_resource(ha), host_resource(hb)}, task);
+      handled = hb != ha ? add_task(kTransfer, cpu, to, op, 0, {host_resource(ha), host_resource(hb)}, task)
+                         : add_task(kTransfer, cpu, to, op, 0, {host_resource(ha)}, task);
       edge(task, wait, false);
       edge(wait, handled, false);
       duration = total - latency;
@@ -563,10 +565,13 @@ class Expander {
       }
     }
     std::vector<int32_t> hosts;
-    for (int32_t d : devs)
+    bool spans_machines = false;
+    for (int32_t d : devs) {
+      spans_machines = spans_machines || p_.dev_machine[d] != p_.dev_machine[devs[0]];
       if (p_.dev_host[d] >= 0 && std::find(hosts.begin(), hosts.end(), p_.dev_host[d]) == hosts.end())
         hosts.push_back(p_.dev_host[d]);
-    if (hosts.size() > 1)        // a ring through gRPC: serialisation on every process's CPU
+    }
+    if (spans_machines)          // a ring through gRPC: serialisation on every process's executor
       for (int32_t h : hosts) res.push_back(host_resource(h));
     for (int32_t r : res) g.res.push_back(r);
     g.res_ptr.push_back(static_cast<int32_t>(g.res.size()));

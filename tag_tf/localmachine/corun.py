@@ -13,7 +13,6 @@ rebuild the zoo model, and are told on stdin which batch size to run until the n
 from __future__ import annotations
 
 import json
-import os
 import select
 import statistics
 import subprocess
@@ -23,14 +22,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from tag_tf.errors import ProfileError
+from tag_tf.localmachine import helpers
 from tag_tf.localmachine.runtime import RUNTIMES, LocalSetup, Runtime, session_config
 
 if TYPE_CHECKING:
     from tag_tf.measure.ops import TrainStep
 
-READY = "corun-ready"
-HELPER_TIMEOUT_S = 300.0
 WARMUP_S, MEASURE_S, MAX_STEPS = 0.3, 0.5, 400      # per batch size (see _timed)
 
 
@@ -86,24 +83,24 @@ def corun_walls(name: str, kwargs: Mapping[str, Any], setup: LocalSetup, sizes: 
     runs a replica at that batch size (this process: `devices_per_process` of them; each other
     process of the setup: a helper running as many)."""
     sizes = sorted({int(b) for b in sizes})
-    helpers = [_start_helper(name, kwargs, setup, sizes) for _ in range(setup.processes - 1)]
+    others = [_start_helper(name, kwargs, setup, sizes) for _ in range(setup.processes - 1)]
     replicas = None
     try:
         replicas = Replicas(train_steps(name, kwargs, sizes), setup.devices_per_process, setup.runtime)
         walls: dict[int, float] = {}
         for b in sizes:
-            for proc in helpers:          # the helpers switch to b and warm up before we time anything
-                _tell(proc, str(b))
-            for proc in helpers:
-                _expect(proc, READY)
+            for proc in others:          # the helpers switch to b and warm up before we time anything
+                helpers.tell(proc, str(b))
+            for proc in others:
+                helpers.expect(proc, helpers.READY)
             _timed(replicas, b, warmup, WARMUP_S)
             walls[b] = statistics.median(_timed(replicas, b, repeats, MEASURE_S))
         return walls
     finally:
         if replicas is not None:
             replicas.close()
-        for proc in helpers:
-            _stop(proc)
+        for proc in others:
+            helpers.stop(proc)
 
 
 def _timed(replicas: Replicas, b: int, steps: int, seconds: float) -> list[float]:
@@ -116,46 +113,9 @@ def _timed(replicas: Replicas, b: int, steps: int, seconds: float) -> list[float
 
 
 def _start_helper(name: str, kwargs: Mapping[str, Any], setup: LocalSetup, sizes: Sequence[int]) -> subprocess.Popen:
-    env = dict(os.environ)
-    for key in ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_ENABLE_ONEDNN_OPTS"):
-        env.pop(key, None)
-    env.update(setup.runtime.env)
-    cmd = [sys.executable, "-m", "tag_tf.localmachine.corun", json.dumps(
-        {"name": name, "kwargs": dict(kwargs), "devices": setup.devices_per_process, "runtime": setup.runtime.tag,
-         "sizes": list(sizes)})]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, env=env, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
-    _expect(proc, READY)            # built and initialised
-    return proc
-
-
-def _tell(proc: subprocess.Popen, line: str) -> None:
-    assert proc.stdin is not None
-    proc.stdin.write(line + "\n")
-    proc.stdin.flush()
-
-
-def _expect(proc: subprocess.Popen, what: str) -> None:
-    """Wait for the helper's next line, which must be `what`; a helper that dies or stalls is an error."""
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], HELPER_TIMEOUT_S)
-    line = proc.stdout.readline().strip() if ready else ""
-    if line != what:
-        _stop(proc)
-        raise ProfileError(f"co-run helper (pid {proc.pid}) "
-                           + (f"said {line!r}, expected {what!r}" if line else
-                              f"exited {proc.returncode}" if proc.returncode is not None else
-                              f"sent nothing in {HELPER_TIMEOUT_S:.0f} s"))
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    try:
-        if proc.stdin is not None:
-            proc.stdin.close()
-        proc.wait(timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        proc.kill()
-        proc.wait()
+    return helpers.start("tag_tf.localmachine.corun", {"name": name, "kwargs": dict(kwargs), "sizes": list(sizes),
+                                                       "devices": setup.devices_per_process,
+                                                       "runtime": setup.runtime.tag}, setup.runtime)
 
 
 def _helper(spec: Mapping[str, Any]) -> None:
@@ -163,7 +123,7 @@ def _helper(spec: Mapping[str, Any]) -> None:
     READY, and run steps until the next line (end of input: exit)."""
     replicas = Replicas(train_steps(spec["name"], spec["kwargs"], spec["sizes"]), int(spec["devices"]),
                         RUNTIMES[spec["runtime"]])
-    print(READY, flush=True)
+    helpers.say(helpers.READY)
     b = None
     while True:
         if b is None or select.select([sys.stdin], [], [], 0)[0]:
@@ -172,7 +132,7 @@ def _helper(spec: Mapping[str, Any]) -> None:
                 break
             b = int(line)
             _timed(replicas, b, 3, WARMUP_S)
-            print(READY, flush=True)
+            helpers.say(helpers.READY)
         replicas.step(b)
     replicas.close()
 

@@ -47,8 +47,8 @@ from tag_tf.localmachine.probes import (fit_line, measure_collectives, measure_c
                                         measure_step_overhead, measure_transfers)
 # configure_runtime, the runtimes and session_config are re-exported: callers use the model through this module.
 from tag_tf.localmachine.runtime import (PINNED, RUNTIME_ENV, RUNTIME_TAG, RUNTIMES, THREADS, TF_DEFAULTS, LocalSetup,
-                                        OwnServerRunner, Runtime, SetupRunner, configure_runtime, local_servers,
-                                        session_config)
+                                        Runtime, SetupRunner, configure_runtime, local_servers, session_config)
+from tag_tf.localmachine.tasksteps import measure_task_steps
 from tag_tf.sim.simulator import SimReport, Simulator, training_costs
 
 if TYPE_CHECKING:
@@ -181,10 +181,10 @@ def _measure(setup: LocalSetup, runner: SetupRunner, sizes: Sequence[int], repea
         message_s = measure_message_cost(runner, 0, n, max(repeats, 15))
         for k in range(2, setup.num_devices + 1):
             allreduce[f"inter:{k}"] = measure_collectives(runner, _ring_devices(setup, k), sizes, repeats)
-    # A step's own cost: one client driving every process, or (between-graph) each task driving
-    # its own part through its in-process server, fed its shard.
-    step_runner = OwnServerRunner(setup.runtime, n) if setup.between_graph else runner
-    step = measure_step_overhead(step_runner, FEED_SIZES, max(repeats, 15))
+    # A step's own cost. Several processes: as TF_CONFIG tasks (the chief's in-process master
+    # drives every part, or each task its own), meeting the others once.
+    step = (measure_task_steps(setup, FEED_SIZES, max(repeats, 40)) if setup.processes > 1 else
+            measure_step_overhead(runner, FEED_SIZES, max(repeats, 15)))
     single_setup = LocalSetup(1, 1, setup.runtime)
     single = step if setup == single_setup else \
         measure_step_overhead(SetupRunner(single_setup), FEED_SIZES, max(repeats, 15))
@@ -341,24 +341,24 @@ class LocalSimulator(Simulator):
     time ("one"), weighted by `serial`, measured for the graph (`serial_share`)."""
 
     def __init__(self, analysis: Analysis, machine: LocalMachine, profile: OpProfile, per_op_s: float,
-                 per_sample_scale: float = 1.0, serial: float = 0.0):
+                 per_sample_scale: float = 1.0, serial: float = 0.0, run_layer_s: float = 0.0):
         topology = machine.topology()
         costs = corrected_costs(analysis, profile, per_op_s, per_sample_scale)
         comm = machine.comm_model(topology)
-        pinned = machine.setup.runtime.one_op_at_a_time
+        # With one device per process, its executor is the device's: a collective across processes
+        # then holds both (their gRPC work competes with the ops), as under the pinned runtime.
+        per_process = machine.setup.runtime.one_op_at_a_time or machine.setup.devices_per_process == 1
         super().__init__(analysis, topology, costs=costs, comm=comm,
-                         cpu_executor="per-process" if pinned else "per-device")
+                         cpu_executor="per-process" if per_process else "per-device")
         self.machine = machine
         self.profile = profile
         self.per_op_s = per_op_s
         self.per_sample_scale = per_sample_scale
-        self.serial = 0.0 if pinned else serial
+        self.serial = 0.0 if machine.setup.runtime.one_op_at_a_time else serial
         self._serial = (Simulator(analysis, topology, costs=costs, comm=comm, cpu_executor="one")
                         if self.serial > 0 else None)
-        feed = feed_bytes_of(analysis.graph_b1)
-        if machine.setup.between_graph:       # each task feeds its own shard
-            feed /= machine.setup.processes
-        self.step_overhead_s = machine.step_overhead(feed)
+        # Between-graph, every task is fed the whole batch (and takes its shards of it).
+        self.step_overhead_s = machine.step_overhead(feed_bytes_of(analysis.graph_b1)) + run_layer_s
 
     def simulate(self, strategy: Strategy, *, detail: bool = False) -> SimReport:
         report = super().simulate(strategy, detail=detail)
@@ -371,13 +371,14 @@ class LocalSimulator(Simulator):
 def local_simulator(analysis: Analysis, num_devices: int, processes: int = 1, *, db: ProfileDB | None = None,
                     model: ZooModel | None = None, profile: OpProfile | None = None, machine: LocalMachine | None = None,
                     refresh: bool = False, profile_repeats: int = 7, comm_repeats: int = 7,
-                    runtime: Runtime = PINNED, between_graph: bool = False) -> LocalSimulator:
+                    runtime: Runtime = PINNED, between_graph: bool = False, run_layer_s: float = 0.0) -> LocalSimulator:
     """A simulator of `analysis` on this machine: `num_devices` virtual CPU devices spread evenly
     over `processes` local TensorFlow processes run by `runtime` (this process must run it too), one
     client driving them all or (`between_graph`) each task its own part. The op profile and the
     machine measurements come from `db` (a ProfileDB) when stored there, else they are measured now
     (the profile needs `model` to rebuild the graph at the profiled batch sizes) and stored.
-    `profile` / `machine` override."""
+    `profile` / `machine` override. `run_layer_s`: what the program's driver adds to every step
+    beyond a plain session.run (`tag_tf.frontend.run_cost` measures tag_tf's session layer)."""
     if num_devices < 1 or processes < 1 or num_devices % processes:
         raise ProfileError(f"local simulator: {num_devices} devices do not split evenly over {processes} processes")
     setup = LocalSetup(processes, num_devices // processes, runtime, between_graph)
@@ -387,13 +388,15 @@ def local_simulator(analysis: Analysis, num_devices: int, processes: int = 1, *,
         profile = local_profile(analysis, model, db, repeats=profile_repeats, refresh=refresh, runtime=runtime)
     feeds = _profile_feed_bytes(analysis, profile)
     if runtime.one_op_at_a_time:
-        return LocalSimulator(analysis, machine, profile, executor_overhead(profile, machine, feeds))
+        return LocalSimulator(analysis, machine, profile, executor_overhead(profile, machine, feeds),
+                              run_layer_s=run_layer_s)
     # TensorFlow's pools: corrected to one device's untraced steps, blended by how the setup's
     # devices overlap when each runs a replica.
     alone = corun(analysis, LocalSetup(1, 1, runtime), profile, model, db, repeats=profile_repeats, refresh=refresh)
     side = corun(analysis, setup, profile, model, db, repeats=profile_repeats, refresh=refresh)
     serial = serial_share(alone, side, setup.num_devices, analysis.batch_size / setup.num_devices)
-    return LocalSimulator(analysis, machine, profile, *step_correction(profile, machine, alone, feeds), serial)
+    return LocalSimulator(analysis, machine, profile, *step_correction(profile, machine, alone, feeds), serial,
+                          run_layer_s)
 
 
 def corun(analysis: Analysis, setup: LocalSetup, profile: OpProfile, model: ZooModel | None, db: ProfileDB | None,

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TIMEOUT_MS = 60_000
-_RUNTIME_KEYS = ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_ENABLE_ONEDNN_OPTS")
+RUNTIME_KEYS = ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_ENABLE_ONEDNN_OPTS")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +98,7 @@ RUNTIME_ENV = PINNED.env
 
 
 def _apply_env(env: dict[str, str]) -> None:
-    for key in _RUNTIME_KEYS:
+    for key in RUNTIME_KEYS:
         if key in env:
             os.environ[key] = env[key]
         else:
@@ -125,7 +125,7 @@ def local_servers(processes: int, devices_per_process: int, runtime: Runtime = P
     ClusterSpec."""
     from tag_tf.runtime.cluster import local_cluster
 
-    saved = {k: os.environ.get(k) for k in _RUNTIME_KEYS}
+    saved = {k: os.environ.get(k) for k in RUNTIME_KEYS}
     _apply_env(runtime.server_env())
     cluster = local_cluster(processes, devices_per_process, timeout_ms=TIMEOUT_MS)
     try:
@@ -226,26 +226,3 @@ class SetupRunner:
         return tf.compat.v1.Session(self.spec.target, graph=graph,
                                     config=session_config(self.setup.devices_per_process, leader=self.spec.leader,
                                                           runtime=runtime))
-
-
-class OwnServerRunner(SetupRunner):
-    """Sessions on an in-process server of a one-task cluster: they reach their master in process and
-    run through the worker interface, as a between-graph task drives its own part of a step. The
-    server lives as long as this process (TensorFlow cannot stop an in-process server)."""
-
-    def __init__(self, runtime: Runtime, devices_per_process: int = 1):
-        import tensorflow as tf
-
-        from tag_tf.runtime.cluster import free_ports
-
-        super().__init__(LocalSetup(1, devices_per_process, runtime))
-        self.devices = [f"/job:task/replica:0/task:0/device:CPU:{i}" for i in range(devices_per_process)]
-        cluster = tf.train.ClusterSpec({"task": [f"127.0.0.1:{free_ports(1)[0]}"]})
-        self.server = tf.distribute.Server(cluster, job_name="task", task_index=0, start=True,
-                                           config=session_config(devices_per_process, runtime=runtime))
-
-    def session(self, graph: Any) -> Any:
-        import tensorflow as tf
-
-        return tf.compat.v1.Session(self.server.target, graph=graph,
-                                    config=session_config(self.setup.devices_per_process, runtime=self.setup.runtime))

@@ -84,9 +84,20 @@ def test_replicas_side_by_side_in_two_processes():
     assert sorted(walls) == [4, 8] and all(0 < t < 5.0 for t in walls.values())
 
 
+@pytest.mark.parametrize("between_graph", [True, False])
+def test_a_task_steps_own_cost_with_its_meeting(between_graph):
+    """Two TF_CONFIG-like tasks (this process and a helper, each with its own server): every task
+    drives its own part, or this one drives both; 2 T1 - T2 is a finite cost per fed size."""
+    from tag_tf.localmachine.tasksteps import measure_task_steps
+
+    setup = lm.LocalSetup(2, 1, lm.TF_DEFAULTS, between_graph)
+    samples = measure_task_steps(setup, (4, 1 << 16), repeats=5)
+    assert [b for b, _ in samples] == [4, 1 << 16] and all(0.0 <= t < 1.0 for _, t in samples)
+
+
 def test_between_graph_tasks_under_tf_defaults(tmp_path):
     """A TF_CONFIG-like setup: the step's own cost is measured through an in-process server, each
-    task pays it for its own shard, and the simulator blends side-by-side and one-at-a-time runs."""
+    task pays it for the batch it is fed, and the simulator blends side-by-side and one-at-a-time runs."""
     from tag_tf.profile.db import ProfileDB
 
     db = ProfileDB(tmp_path)
@@ -97,8 +108,9 @@ def test_between_graph_tasks_under_tf_defaults(tmp_path):
     assert machine.setup == setup and set(machine.allreduce) == {"inter:2"} and machine.step_fixed_s >= 0
     sim = lm.local_simulator(a, 2, 2, db=db, model=zoo, runtime=lm.TF_DEFAULTS, between_graph=True,
                              profile_repeats=2)
-    assert sim.machine == machine and sim.cpu_executor == "per-device" and 0.0 <= sim.serial <= 1.0
-    assert sim.step_overhead_s == pytest.approx(machine.step_overhead(lm.feed_bytes_of(a.graph_b1) / 2))
+    # One device per process: its executor is the process's (a collective across processes holds both).
+    assert sim.machine == machine and sim.cpu_executor == "per-process" and 0.0 <= sim.serial <= 1.0
+    assert sim.step_overhead_s == pytest.approx(machine.step_overhead(lm.feed_bytes_of(a.graph_b1)))
     dp = sim.simulate(data_parallel(sim.num_groups, 2))
     assert dp.iteration_time_s > sim.step_overhead_s and dp.conversions["allreduce"] > 0
     # Stored: the profile under its runtime's key, and both side-by-side measurements.
