@@ -22,8 +22,8 @@ over dp and horovod, measured and predicted.
 
 Runtime: the local machine model's (`tag_tf.localmachine.runtime`: one intra-op and one inter-op
 thread per process, two inter-op threads in the servers, oneDNN and Grappler off), set before
-TensorFlow is imported; the predictions hold for that runtime only (benchmarks/step_time.py
-measures TensorFlow's default threads, which the model does not describe).
+TensorFlow is imported; the predictions hold for that runtime (`benchmarks/step_time.py --predict`
+judges the model under TensorFlow's default runtime, on TF_CONFIG tasks).
 
 Usage: python -m benchmarks run real [--quick]   (or: python benchmarks/real_execution.py [--quick]
        [--models mlp,cnn,transformer] [--steps 20] [--db DIR] [--out FILE])

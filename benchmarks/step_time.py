@@ -23,7 +23,13 @@ Also reported: the first step's time (for tag_tf: capture, analysis, planning, c
 migration), the first and last loss, and the bytes that crossed the loopback interface per timed
 step (every process's traffic: collectives, feeds relayed to other tasks, gRPC framing).
 
-Usage: python benchmarks/step_time.py [--quick] [--models cnn,transformer]
+`--predict`: after every round, one clean process per model predicts each tag_tf row's step (the
+plan that row ran, on that row's setup) with the local machine model under TensorFlow's default
+runtime (`tag_tf.localmachine`: profile, communication, side-by-side replicas and the step's own
+cost on TF_CONFIG-like tasks, all measured here and cached in `--db`), plus tag_tf's session layer
+(`tag_tf.frontend.run_cost`); the JSON and RESULTS.md get the error per setup.
+
+Usage: python benchmarks/step_time.py [--quick] [--models cnn,transformer] [--predict [--db DIR]]
 Writes benchmarks/results/step_time.json.
 """
 from __future__ import annotations
@@ -340,7 +346,36 @@ def render(data: dict) -> str:
         two = versus(best(model, [c for c in CONFIGS if c.startswith("tag-") and c.endswith("-2proc-tfconfig")]),
                      best(model, ["mwms-2proc", "horovod-2proc"]), "-2proc-tfconfig")
         lines.append(f"| {model} | {one} | {two} |")
+    if data.get("prediction"):
+        lines += [""] + render_prediction(data, keys)
     return "\n".join(lines) + "\n"
+
+
+ACCURACY_JSON = os.path.join(ROOT, "benchmarks", "results", "simulator_accuracy.json")
+
+
+def render_prediction(data: dict, keys: list[str]) -> list[str]:
+    """The local machine model's prediction of every tag_tf row beside its measured median, and the
+    error per setup next to the simulator-accuracy benchmark's (its pinned runtime)."""
+    lines = ["The local machine model's prediction of each tag_tf row (`--predict`: TensorFlow's default runtime, the "
+             "plan the row ran, the row's setup; measured on this machine, then predicted from its measurements):", "",
+             "| model | configuration | measured ms | predicted ms | error | setup modelled |", "|---|---|---|---|---|---|"]
+    for key in keys:
+        row, (model, config) = data["rows"][key], key.split("/")
+        if "predicted_ms" in row and "median_ms" in row:
+            err = (row["predicted_ms"] - row["median_ms"]) / row["median_ms"]
+            lines.append(f"| {model} | {config} | {row['median_ms']:.2f} | {row['predicted_ms']:.2f} | {err:+.0%} | "
+                         f"{row.get('predicted_setup', '')} |")
+    mape, counts = data["prediction"]["mape"], data["prediction"]["rows"]
+    theirs = ""
+    if os.path.exists(ACCURACY_JSON):
+        per_setup = json.load(open(ACCURACY_JSON)).get("summary", {}).get("per_setup", {})
+        if {"1proc-4cpu", "2proc-2cpu"} <= set(per_setup):
+            theirs = (f"; the simulator-accuracy benchmark's, pinned runtime: one process "
+                      f"{per_setup['1proc-4cpu']['mape']:.1%}, two server processes {per_setup['2proc-2cpu']['mape']:.1%}")
+    parts = [f"{name} {mape[k]:.1%} ({counts[k]} rows)" for k, name in
+             (("local2", "one process"), ("2proc", "two processes"), ("all", "all")) if k in mape]
+    return lines + ["", "Prediction error (MAPE): " + ", ".join(parts) + theirs + "."]
 
 
 def write_markdown(data: dict, path: str) -> None:
@@ -376,8 +411,11 @@ def main() -> None:
                          "of the plan they ran, and the JSON the prediction error per setup")
     ap.add_argument("--db", help="with --predict: ProfileDB directory of the local machine model (default: a fresh "
                                  "temporary one; measuring it takes minutes per model)")
+    ap.add_argument("--keep-plans", action="store_true",
+                    help="keep each tag_tf row's plan (the strategy JSON) in the output, for --predict-only")
     ap.add_argument("--predict-only", metavar="JSON",
-                    help="no runs: predict the tag_tf rows of a previous run's JSON again (--out, default: that file)")
+                    help="no runs: predict the tag_tf rows of a previous --keep-plans run's JSON again (--out, "
+                         "default: that file)")
     ap.add_argument("--run", help=argparse.SUPPRESS)
     ap.add_argument("--plans", help=argparse.SUPPRESS)        # internal: --run predict's rows          # internal: one configuration, in this process
     args = ap.parse_args()
@@ -424,6 +462,9 @@ def main() -> None:
     rows = {key: representative(found) for key, found in runs.items()}
     if args.predict:
         add_predictions(rows, args)
+    if not args.keep_plans:
+        for row in rows.values():
+            row.pop("strategy", None)      # the plan's name stays
     out = {"measured": True, "machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
            "batch": args.batch, "warmup": args.warmup, "steps": args.steps, "repeats": args.repeats,
            "optimizer": "momentum 0.9",

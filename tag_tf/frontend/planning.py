@@ -103,16 +103,21 @@ def local_setup(topology: Topology) -> LocalSetup:
 
 def local_machine_simulator(analysis: Analysis, topology: Topology, model: str, build_kwargs: dict[str, Any],
                             db: ProfileDB | str | os.PathLike[str] | None = None, *,
-                            use_db: bool = True) -> LocalSimulator:
+                            use_db: bool = True, runtime: str = "t1s2-eigen", between_graph: bool = False
+                            ) -> LocalSimulator:
     """The local machine model's simulator (`tag_tf.localmachine.model`) of a zoo model on this machine's
-    CPUs: `topology` is local:N (one process) or cpu-PxN (P local server processes). Its op profile
-    and machine measurements come from the profile database (measured now and stored the first
-    time); they describe the pinned local runtime, so the process must have called
-    `tag_tf.localmachine.runtime.configure_runtime()` before importing TensorFlow. `use_db=False`:
-    measured now and stored nowhere (`tag-tf plan --no-profiles`)."""
+    CPUs: `topology` is local:N (one process) or cpu-PxN (P local server processes: driven by one
+    client, or `between_graph` as TF_CONFIG tasks). Its op profile and machine measurements come
+    from the profile database (measured now and stored the first time); they describe `runtime`
+    (a tag of `tag_tf.localmachine.runtime.RUNTIMES`: "t1s2-eigen", the pinned runtime, or
+    "tfdefault", TensorFlow's defaults), so the process must have called
+    `tag_tf.localmachine.runtime.configure_runtime(that runtime)` before importing TensorFlow.
+    `use_db=False`: measured now and stored nowhere (`tag-tf plan --no-profiles`)."""
     from tag_tf.profile.db import ProfileDB
     from tag_tf.localmachine import model as lm
 
+    if runtime not in lm.RUNTIMES:
+        raise StrategyError(f"local runtime {runtime!r}: one of {', '.join(lm.RUNTIMES)}")
     setup = local_setup(topology)
     if not use_db:           # measured now, kept nowhere
         db = None
@@ -120,7 +125,8 @@ def local_machine_simulator(analysis: Analysis, topology: Topology, model: str, 
         db = ProfileDB(db)
     kwargs = {k: v for k, v in build_kwargs.items() if k != "batch_size"}
     return lm.local_simulator(analysis, setup.num_devices, setup.processes, db=db,
-                              model=lm.ZooModel.of(model, **kwargs))
+                              model=lm.ZooModel.of(model, **kwargs), runtime=lm.RUNTIMES[runtime],
+                              between_graph=between_graph and setup.processes > 1)
 
 
 def stored_costs_for(analysis: Analysis, topology: Topology, db: ProfileDB | str | os.PathLike[str] | None = None,

@@ -2,33 +2,38 @@
 
     sim = local_simulator(analysis, 4, model=ZooModel("mlp", tiny=True))            # 4 virtual CPUs, 1 process
     sim = local_simulator(analysis, 4, processes=2, model=ZooModel("mlp", tiny=True))  # 2 servers x 2 CPUs
+    sim = local_simulator(analysis, 2, processes=2, model=..., runtime=TF_DEFAULTS, between_graph=True)
     sim.simulate(strategy).iteration_time_s    # predicted seconds per session.run of the train op
 
-Two local setups are modelled:
+Setups (`LocalSetup`):
   * one TensorFlow process with N virtual CPU devices (`DeviceMap.local_cpus(N)`): topology `local:N`;
-  * P local server processes with n virtual CPU devices each (`local_servers(P, n)`, a
-    `runtime.cluster.local_cluster`; `DeviceMap.for_topology`): topology `cpu_topology(P, n)`, one
-    topology machine per process.
+  * P local processes with n virtual CPU devices each: topology `cpu_topology(P, n)`, one topology
+    machine per process; one client drives them all (`local_servers(P, n)`), or, `between_graph`,
+    each process is a TF_CONFIG task driving its own part of every step.
 
-Runtime configuration: see `tag_tf.localmachine.runtime` (one intra-op thread per process, one inter-op
-thread in a process that runs ops itself, SERVER_INTER_OP_THREADS in server processes, oneDNN and
-Grappler off); what is measured and how: `tag_tf.localmachine.probes`.
+Runtimes (`tag_tf.localmachine.runtime`): PINNED (one thread per op, oneDNN and Grappler off: the
+simulator-accuracy benchmark's) or TF_DEFAULTS (what a program gets). Each keys its own
+measurements; the measuring process must run it.
 
-What the model is made of (everything measured on this machine, cached in the ProfileDB, keyed by
-RUNTIME_TAG):
-  * an OpProfile of the graph (`profile_model` at PROFILE_BATCH_SIZES, single device), stored under
-    device type DEVICE_TYPE_KEY;
-  * an executor correction per graph: the untraced step time minus the traced op times, spread over
-    the ops (the executor's per-op dispatch, plus full tracing inflating small ops), so one-device
-    predictions add up to the untraced step that real runs see;
+What the model is made of (everything measured on this machine, cached in the ProfileDB):
+  * an OpProfile of the graph (`profile_model` at PROFILE_BATCH_SIZES, single device, traced as
+    written), stored under device type `device_type_key(runtime)`;
+  * a correction per graph so that one device's predictions add up to the untraced steps real runs
+    see: PINNED, the untraced step minus the traced op times spread over the ops
+    (`executor_overhead`); TF_DEFAULTS, a shift per op and a factor on per-sample times fitted to
+    untraced steps run with Grappler (`step_correction`; its rewrites change whole-step time);
+  * TF_DEFAULTS only: how the setup's devices overlap when each runs a replica (`corun`,
+    `serial_share`): the simulator's devices then run side by side, and the prediction is blended
+    with one where every op of the machine runs one at a time;
   * per setup (`LocalMachine`): a CommModel fitted to TensorFlow's own Send/Recv between two virtual
     devices of one process ("intra" p2p), gRPC RecvTensor between processes ("inter" p2p), and
     CollectiveReduceV2 chains over k devices of one process ("intra:k") or spanning processes
     ("inter:k"), plus the executor time a cross-process transfer takes from the ops of both
     processes (`measure_message_cost`); a "cpu" device type whose per-op cost and bandwidth are
     fitted to the compiler's ConcatV2/AddN/ZerosLike on this CPU (the simulator charges conversions
-    launch + bytes / bandwidth); and the per-step cost of a session.run (client, master, one RunGraph per process,
-    the feed), linear in the fed bytes. The simulator's makespan plus that per-step cost is the
+    launch + bytes / bandwidth); and the per-step cost of a session.run (one process: client and
+    executor; several: as TF_CONFIG tasks, with the step's first meeting of the others,
+    `tasksteps`), linear in the fed bytes. The simulator's makespan plus that per-step cost is the
     predicted wall time of one `session.run(train_op)`.
 """
 from __future__ import annotations

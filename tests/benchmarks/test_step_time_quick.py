@@ -1,6 +1,7 @@
 """The step-time benchmark's --quick mode runs end to end (CI smoke test): every configuration (tag_tf's
 and TensorFlow's own strategies; Horovod where installed), in its own processes, trains the same
-losses as one device, and the traced-step breakdown is filled. Timings are reported, never asserted."""
+losses as one device, the traced-step breakdown is filled, and the local machine model predicts
+every tag_tf row on its own setup. Timings are reported, never asserted."""
 from __future__ import annotations
 
 import json
@@ -15,11 +16,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_step_time_quick(tmp_path):
     out = tmp_path / "step_time.json"
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "step_time.py"), "--quick", "--breakdown", "--out", str(out)],
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "step_time.py"), "--quick", "--breakdown",
+                        "--predict", "--db", str(tmp_path / "profiles"), "--out", str(out)],
                        cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True, text=True,
                        timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
-    rows = json.loads(out.read_text())["rows"]
+    data = json.loads(out.read_text())
+    rows = data["rows"]
     assert not [k for k, r in rows.items() if "error" in r], rows
     single = rows["cnn/tf1-single"]
     assert {"cnn/tf2-single", "cnn/mirrored-local2", "cnn/mwms-2proc", "cnn/tag-horovod-2proc-tfconfig"} <= set(rows)
@@ -31,6 +34,12 @@ def test_step_time_quick(tmp_path):
         assert row["median_ms"] > 0 and row["first_step_s"] > 0
         assert row["last_loss"] == pytest.approx(single["last_loss"], rel=1e-4), key
         assert row["breakdown"]["compute"] > 0 and row["breakdown"]["ops"] > 0, key
+        # --predict: every tag_tf row's plan predicted by the local machine model on its own setup.
+        if "/tag-" in key:
+            setup = {"local2": "1proc-2cpu", "tfconfig": "2proc-1cpu-tasks", "chiefdriven": "2proc-1cpu"}
+            assert row["predicted_ms"] > 0 and row["predicted_setup"] == setup[key.rsplit("-", 1)[1]], key
+    assert data["prediction"]["rows"] == {"all": 5, "local2": 2, "2proc": 3}
+    assert set(data["prediction"]["mape"]) == {"all", "local2", "2proc"}
 
     # RESULTS.md's tables are regenerated from that JSON between their markers, the rest kept.
     sys.path.insert(0, ROOT)
@@ -43,3 +52,5 @@ def test_step_time_quick(tmp_path):
     assert text.startswith("above\n") and text.endswith("below\n") and "\nold\n" not in text
     assert f"| cnn | tf1-single | {single['median_ms']:.1f} |" in text
     assert "| cnn | " in text.split("faster of MWMS and Horovod |")[1]      # the best-against-peer row
+    assert "| cnn | tag-horovod-2proc-tfconfig |" in text.split("| setup modelled |")[1]
+    assert "Prediction error (MAPE): one process" in text

@@ -26,6 +26,7 @@ def test_a_local_plan_is_judged_by_the_local_machine_model(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["calibration"] == "local" and got["cost_sources"]["cpu"].startswith("profile (")
+    assert got["local_runtime"] == "tfdefault" and got["between_graph"] is False     # what a program runs
     assert got["iteration_time_s"] <= min(v for v in got["baselines"].values() if v is not None)
 
     # The same model, read back from the database the command filled, predicts that very figure.
@@ -39,7 +40,8 @@ def test_a_local_plan_is_judged_by_the_local_machine_model(tmp_path):
 
     loaded = load(Args)
     analysis = analysis_for(loaded, Args)
-    sim = local_machine_simulator(analysis, load_topology("local:2"), "mlp", {"tiny": True}, str(db))
+    sim = local_machine_simulator(analysis, load_topology("local:2"), "mlp", {"tiny": True}, str(db),
+                                  runtime="tfdefault")
     assert sim.machine.step_fixed_s > 0 and sim.profile.num_ops > 0
     assert sim.simulate(Strategy.load(str(out))).iteration_time_s == pytest.approx(got["iteration_time_s"], rel=1e-9)
 

@@ -45,7 +45,15 @@ def register(sub) -> None:
                    help="simulator physics: 'default' (the shipped fit for testbed/cloud, datasheet elsewhere), "
                         "'nominal' (datasheet), a calibration JSON from `tag-tf calibrate`, or 'local': this "
                         "machine's CPUs as measured (local:N or cpu-PxN topologies, --model only; the local machine "
-                        "model, measured once into the profile DB, with one thread per op and Grappler off)")
+                        "model, measured once into the profile DB under --local-runtime)")
+    p.add_argument("--local-runtime", choices=("tfdefault", "t1s2-eigen"), default="tfdefault",
+                   help="with --calibration local: how the runs it plans for use TensorFlow: 'tfdefault' "
+                        "(TensorFlow's own threads, oneDNN and Grappler: what a program gets; default) or "
+                        "'t1s2-eigen' (one thread per op, oneDNN and Grappler off: the simulator-accuracy "
+                        "benchmark's runtime)")
+    p.add_argument("--between-graph", action="store_true",
+                   help="with --calibration local on cpu-PxN: the processes run as TF_CONFIG tasks, each driving "
+                        "its own part of every step (default: one client drives them all)")
     add_cost_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
@@ -58,7 +66,7 @@ def run(args) -> int:
     from tag_tf.search.local_search import NOTHING_FITS, describe
     from tag_tf.search.mcts import MctsOptions
     from tag_tf.search.sfb import duplicated_op_types
-    from tag_tf.localmachine.runtime import configure_runtime
+    from tag_tf.localmachine.runtime import RUNTIMES, configure_runtime
     from tag_tf.topology.load import load_topology
 
     local = args.calibration == LOCAL_CALIBRATION
@@ -66,7 +74,7 @@ def run(args) -> int:
         if not args.model:
             raise StrategyError(f"--calibration {LOCAL_CALIBRATION}: needs --model (the local profile rebuilds "
                                 "the model at several batch sizes)")
-        configure_runtime()      # before TensorFlow is imported: the runtime the local model describes
+        configure_runtime(RUNTIMES[args.local_runtime])   # before TensorFlow is imported: what the model describes
     topology = load_topology(args.topology)
     if local:
         local_setup(topology)
@@ -77,7 +85,8 @@ def run(args) -> int:
     if local:
         costs = None
         sim = local_machine_simulator(analysis, topology, args.model, model_kwargs(args), args.profile_db,
-                                      use_db=not args.no_profiles)
+                                      use_db=not args.no_profiles, runtime=args.local_runtime,
+                                      between_graph=args.between_graph)
     else:
         costs = stored_costs(loaded, analysis, topology, args)
         sim = simulator(analysis, topology, args.calibration, costs)
@@ -130,6 +139,7 @@ def run(args) -> int:
         result.strategy.save(args.out)
     out = {"model": loaded.source, "topology": topology.name,
            "calibration": LOCAL_CALIBRATION if local else sim.calibration_name, "simulated": True,
+           **({"local_runtime": args.local_runtime, "between_graph": bool(args.between_graph)} if local else {}),
            "iteration_time_s": result.iteration_time_s,
            "baselines_s": {k: _seconds(v) for k, v in result.baselines.items()},
            "speedup_over_dp": result.speedup_over_dp, "best_baseline": result.best_baseline,
