@@ -23,7 +23,7 @@ Also reported: the first step's time (for tag_tf: capture, analysis, planning, c
 migration), the first and last loss, and the bytes that crossed the loopback interface per timed
 step (every process's traffic: collectives, feeds relayed to other tasks, gRPC framing).
 
-`--predict`: after every round, one clean process per model predicts each tag_tf row's step (the
+`--predict`: after the last round, one clean process per model predicts each tag_tf row's step (the
 plan that row ran, on that row's setup) with the local machine model under TensorFlow's default
 runtime (`tag_tf.localmachine`: profile, communication, side-by-side replicas and the step's own
 cost on TF_CONFIG-like tasks, all measured here and cached in `--db`), plus tag_tf's session layer
@@ -115,7 +115,7 @@ def predict(model_name: str, args: argparse.Namespace) -> dict:
     """The local machine model's prediction (TensorFlow's default runtime, as the rows ran) of each
     plan in the JSON file `args.plans` ({row key: row}) on its row's setup: one process with local:N,
     or the tasks of TF_CONFIG (between-graph where each drove its own part, else driven by the
-    chief). Runs in a process of its own after every row (nothing else running, so what it
+    chief). Runs in a process of its own after every round (nothing else running, so what it
     measures is this machine alone); the measurements are cached in the ProfileDB `args.db`. The
     analysis is distribute's own: one step of the program under `tag_tf.distribute` on local:2."""
     import tensorflow as tf
@@ -416,15 +416,17 @@ def main() -> None:
     ap.add_argument("--predict-only", metavar="JSON",
                     help="no runs: predict the tag_tf rows of a previous --keep-plans run's JSON again (--out, "
                          "default: that file)")
-    ap.add_argument("--run", help=argparse.SUPPRESS)
-    ap.add_argument("--plans", help=argparse.SUPPRESS)        # internal: --run predict's rows          # internal: one configuration, in this process
+    ap.add_argument("--run", help=argparse.SUPPRESS)          # internal: one configuration (or predict), here
+    ap.add_argument("--plans", help=argparse.SUPPRESS)        # internal: --run predict's rows
     args = ap.parse_args()
     if args.run == "predict":
         print(json.dumps(predict(args.models, args)))
         return
     if args.predict_only:         # a previous run's rows (their plans), predicted again
         data = json.load(open(args.predict_only))
-        args.models = ",".join(data["model_kwargs"])
+        if not any("strategy" in row for row in data["rows"].values()):
+            raise SystemExit(f"{args.predict_only}: no tag_tf row keeps its plan (make the run with --keep-plans)")
+        args.models, args.batch = ",".join(data["model_kwargs"]), int(data["batch"])     # as that run
         add_predictions(data["rows"], args)
         data["prediction"] = prediction_error(data["rows"])
         print(json.dumps(data["prediction"], indent=1))

@@ -24,8 +24,9 @@
 // packs are added and split on the summing device.
 //
 // Resources: [0, D) device compute queues, [D, 2D) per-device collective streams, [2D, 2D+L) links,
-// [2D+L, 2D+L+H) host executors: virtual CPU devices of one process share its executor threads, so
-// their compute tasks also hold that machine's executor (dev_host[d] >= 0); GPUs do not.
+// [2D+L, 2D+L+H) host executors: a CPU device's compute tasks hold executor dev_host[d] when >= 0
+// (the devices of one process share its executor threads, or every CPU device one executor, or
+// none: the Python side's cpu_executor mode); GPUs never do.
 // Memory pools: one per device.
 #pragma once
 

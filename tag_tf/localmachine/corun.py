@@ -83,9 +83,11 @@ def corun_walls(name: str, kwargs: Mapping[str, Any], setup: LocalSetup, sizes: 
     runs a replica at that batch size (this process: `devices_per_process` of them; each other
     process of the setup: a helper running as many)."""
     sizes = sorted({int(b) for b in sizes})
-    others = [_start_helper(name, kwargs, setup, sizes) for _ in range(setup.processes - 1)]
+    others: list[subprocess.Popen] = []
     replicas = None
     try:
+        for _ in range(setup.processes - 1):
+            others.append(_start_helper(name, kwargs, setup, sizes))
         replicas = Replicas(train_steps(name, kwargs, sizes), setup.devices_per_process, setup.runtime)
         walls: dict[int, float] = {}
         for b in sizes:

@@ -8,6 +8,7 @@ import os
 import select
 import subprocess
 import sys
+import tempfile
 from typing import Any, Mapping
 
 from tag_tf.errors import ProfileError
@@ -16,14 +17,17 @@ from tag_tf.localmachine.runtime import RUNTIME_KEYS, Runtime
 READY = "helper-ready"
 TIMEOUT_S = 300.0
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_STDERR = "_tag_tf_stderr"      # the Popen attribute holding a helper's stderr file (closed by `stop`)
 
 
 def start(module: str, spec: Mapping[str, Any], runtime: Runtime) -> subprocess.Popen:
     """Start `python -m module json(spec)` with `runtime`'s environment; it says READY when built."""
     env = {k: v for k, v in os.environ.items() if k not in RUNTIME_KEYS}
     env.update(runtime.env)
+    errors = tempfile.TemporaryFile("w+")        # what it says on stderr, for the error if it fails
     proc = subprocess.Popen([sys.executable, "-m", module, json.dumps(dict(spec))], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=errors, text=True, env=env, cwd=ROOT)
+    setattr(proc, _STDERR, errors)
     expect(proc, READY)
     return proc
 
@@ -40,11 +44,21 @@ def expect(proc: subprocess.Popen, what: str, timeout_s: float = TIMEOUT_S) -> N
     ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
     line = proc.stdout.readline().strip() if ready else ""
     if line != what:
+        exited = proc.poll()
+        if exited is None:
+            proc.kill()           # stalled or off script: its words are complete once it is gone
+        errors = getattr(proc, _STDERR, None)
+        proc.wait()
+        tail = ""
+        if errors is not None:
+            errors.seek(0)
+            lines = [x for x in errors.read().splitlines() if x.strip()]
+            tail = f"; its last words: {lines[-1][:300]}" if lines else ""
         stop(proc)
         raise ProfileError(f"measurement helper (pid {proc.pid}) "
                            + (f"said {line!r}, expected {what!r}" if line else
-                              f"exited {proc.returncode}" if proc.returncode is not None else
-                              f"sent nothing in {timeout_s:.0f} s"))
+                              f"exited {exited}" if exited is not None else
+                              f"sent nothing in {timeout_s:.0f} s") + tail)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -56,6 +70,9 @@ def stop(proc: subprocess.Popen) -> None:
     except (OSError, subprocess.TimeoutExpired):
         proc.kill()
         proc.wait()
+    errors = getattr(proc, _STDERR, None)
+    if errors is not None and not errors.closed:
+        errors.close()
 
 
 def say(line: str) -> None:

@@ -71,9 +71,6 @@ log = logging.getLogger(__name__)
 PROFILE_BATCH_SIZES: tuple[int, ...] = (8, 16, 32, 64)
 COMM_SIZES: tuple[int, ...] = tuple(64 * 4 ** k for k in range(10))     # 64 B .. 16 MiB
 FEED_SIZES: tuple[int, ...] = (4, 1 << 20, 4 << 20)                     # bytes fed per step
-DEVICE_TYPE_KEY = f"cpu-{RUNTIME_TAG}"       # ProfileDB device-type key of profiles measured the pinned way
-
-
 def device_type_key(runtime: Runtime) -> str:
     """ProfileDB device-type key of op profiles measured under `runtime`."""
     return f"cpu-{runtime.tag}"
@@ -186,9 +183,12 @@ def _measure(setup: LocalSetup, runner: SetupRunner, sizes: Sequence[int], repea
         message_s = measure_message_cost(runner, 0, n, max(repeats, 15))
         for k in range(2, setup.num_devices + 1):
             allreduce[f"inter:{k}"] = measure_collectives(runner, _ring_devices(setup, k), sizes, repeats)
-    # A step's own cost. Several processes: as TF_CONFIG tasks (the chief's in-process master
-    # drives every part, or each task its own), meeting the others once.
-    step = (measure_task_steps(setup, FEED_SIZES, max(repeats, 40)) if setup.processes > 1 else
+    # A step's own cost. Between-graph, and under TensorFlow's runtime (which describes TF_CONFIG
+    # tasks: the chief's in-process master drives every part): measured on such tasks, meeting the
+    # others once. The pinned runtime's client-driven setups (the simulator-accuracy and
+    # real-execution benchmarks: a client beside `local_servers`) keep a client's no-op step.
+    tasks = setup.processes > 1 and (setup.between_graph or not setup.runtime.one_op_at_a_time)
+    step = (measure_task_steps(setup, FEED_SIZES, max(repeats, 40)) if tasks else
             measure_step_overhead(runner, FEED_SIZES, max(repeats, 15)))
     single_setup = LocalSetup(1, 1, setup.runtime)
     single = step if setup == single_setup else \
@@ -387,6 +387,8 @@ def local_simulator(analysis: Analysis, num_devices: int, processes: int = 1, *,
     if num_devices < 1 or processes < 1 or num_devices % processes:
         raise ProfileError(f"local simulator: {num_devices} devices do not split evenly over {processes} processes")
     setup = LocalSetup(processes, num_devices // processes, runtime, between_graph)
+    if machine is not None and machine.setup != setup:
+        raise ProfileError(f"local simulator: the machine given was measured for {machine.setup}, not {setup}")
     if machine is None:
         machine = local_machine(setup, db, refresh=refresh, repeats=comm_repeats)
     if profile is None:

@@ -92,7 +92,6 @@ RUNTIMES = {r.tag: r for r in (PINNED, TF_DEFAULTS)}
 
 # The pinned runtime's figures, named as before (benchmarks record them).
 THREADS = 1
-SERVER_INTER_OP_THREADS = 2
 RUNTIME_TAG = PINNED.tag
 RUNTIME_ENV = PINNED.env
 

@@ -40,8 +40,13 @@ class _Task:
         self.leader = f"/job:{JOB}/replica:0/task:0"
         self.device = f"/job:{JOB}/replica:0/task:{task}/device:CPU:0"
         self.config = session_config(devices, leader=self.leader, runtime=runtime)
+        server_config = tf.compat.v1.ConfigProto()
+        server_config.CopyFrom(self.config)
+        if runtime.server_inter_op_threads:          # a server's request handlers need their own threads
+            server_config.inter_op_parallelism_threads = runtime.server_inter_op_threads
         cluster = tf.train.ClusterSpec({JOB: [f"127.0.0.1:{p}" for p in ports]})
-        self.server = tf.distribute.Server(cluster, job_name=JOB, task_index=task, config=self.config, start=True)
+        self.server = tf.distribute.Server(cluster, job_name=JOB, task_index=task, config=server_config,
+                                           start=True)
 
     def steps(self, nbytes: int, count: int, instance: int, drive_all: bool = False) -> tuple[list[float], list[float]]:
         """`count` steps fed `nbytes` that meet the other tasks once and as many that meet them twice
@@ -92,7 +97,8 @@ def measure_task_steps(setup: LocalSetup, feed_sizes: Sequence[int], repeats: in
     """[(fed bytes, seconds)] of a step's own cost on a multi-process `setup` (see the module
     docstring), as this process (task 0) sees it: between-graph, every task drives its own part;
     else this task's in-process master drives every task's part (the chief under TF_CONFIG with
-    between-graph execution off), the others only serve."""
+    between-graph execution off), the others only serve. This process keeps task 0's server until
+    it exits (TensorFlow cannot stop an in-process server)."""
     from tag_tf.runtime.cluster import free_ports
 
     ports = free_ports(setup.processes)
@@ -100,9 +106,10 @@ def measure_task_steps(setup: LocalSetup, feed_sizes: Sequence[int], repeats: in
     me = _Task(ports, 0, setup.devices_per_process, setup.runtime)      # the leader's server first
     spec = {"ports": ports, "devices": setup.devices_per_process, "runtime": setup.runtime.tag,
             "feed_sizes": list(feed_sizes), "count": count, "drive": setup.between_graph}
-    others = [helpers.start("tag_tf.localmachine.tasksteps", dict(spec, task=t), setup.runtime)
-              for t in range(1, setup.processes)]
+    others: list[Any] = []
     try:
+        for t in range(1, setup.processes):
+            others.append(helpers.start("tag_tf.localmachine.tasksteps", dict(spec, task=t), setup.runtime))
         for proc in others:
             helpers.tell(proc, "go")
         out = []

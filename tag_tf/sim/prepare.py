@@ -106,8 +106,8 @@ class Prepared:
     # -- devices and device types
     dev_type: np.ndarray          # int32 [D]: index into device_types
     dev_machine: np.ndarray       # int32 [D]
-    dev_host: np.ndarray          # int32 [D]: the machine whose executor a CPU device shares, else -1
-    num_hosts: int                # machines (host executors)
+    dev_host: np.ndarray          # int32 [D]: the executor a CPU device's ops hold, else -1 (see prepare)
+    num_hosts: int                # host executors (one per machine; "one" mode uses the first)
     dev_capacity: np.ndarray      # int64 [D]: memory bytes
     type_mem_bw: np.ndarray       # float64 [T]: memory bandwidth, bytes/s (memcpy-like op costs)
     type_launch: np.ndarray       # float64 [T]: kernel launch overhead, seconds

@@ -67,3 +67,9 @@ def test_local_calibration_errors_name_the_problem(capsys, monkeypatch, tmp_path
     graph.write_text("")
     assert main(["plan", "--graph", str(graph), "--topology", "local:2", "--calibration", "local"]) != 0
     assert "--calibration local: needs --model" in capsys.readouterr().err
+    # The local model's own options need it, and between-graph tasks need several processes.
+    assert main(["plan", "--model", "mlp", "--tiny", "--topology", "local:2", "--between-graph"]) != 0
+    assert "they need --calibration local" in capsys.readouterr().err
+    assert main(["plan", "--model", "mlp", "--tiny", "--topology", "local:2", "--calibration", "local",
+                 "--between-graph"]) != 0
+    assert "topology 'local:2' is one process" in capsys.readouterr().err

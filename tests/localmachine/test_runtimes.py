@@ -91,8 +91,11 @@ def test_a_task_steps_own_cost_with_its_meeting(between_graph):
     from tag_tf.localmachine.tasksteps import measure_task_steps
 
     setup = lm.LocalSetup(2, 1, lm.TF_DEFAULTS, between_graph)
-    samples = measure_task_steps(setup, (4, 1 << 16), repeats=5)
+    samples = measure_task_steps(setup, (4, 1 << 16), repeats=15)
     assert [b for b, _ in samples] == [4, 1 << 16] and all(0.0 <= t < 1.0 for _, t in samples)
+    # A step that meets the other task costs more than a chained collective more: 2 T1 - T2 > 0
+    # (clipped at 0 otherwise, which a sound measurement of a real session run never is).
+    assert samples[0][1] > 0
 
 
 def test_between_graph_tasks_under_tf_defaults(tmp_path):
@@ -105,6 +108,8 @@ def test_between_graph_tasks_under_tf_defaults(tmp_path):
     zoo = lm.ZooModel.of("mlp", tiny=True, dropout=0.0)
     setup = lm.LocalSetup(2, 1, lm.TF_DEFAULTS, between_graph=True)
     machine = lm.local_machine(setup, db, sizes=(256, 1 << 16), repeats=2)
+    with pytest.raises(ProfileError, match="measured for"):      # a machine of another setup is refused
+        lm.local_simulator(a, 2, 2, db=db, model=zoo, machine=machine, runtime=lm.TF_DEFAULTS)
     assert machine.setup == setup and set(machine.allreduce) == {"inter:2"} and machine.step_fixed_s >= 0
     sim = lm.local_simulator(a, 2, 2, db=db, model=zoo, runtime=lm.TF_DEFAULTS, between_graph=True,
                              profile_repeats=2)
@@ -113,6 +118,17 @@ def test_between_graph_tasks_under_tf_defaults(tmp_path):
     assert sim.step_overhead_s == pytest.approx(machine.step_overhead(lm.feed_bytes_of(a.graph_b1)))
     dp = sim.simulate(data_parallel(sim.num_groups, 2))
     assert dp.iteration_time_s > sim.step_overhead_s and dp.conversions["allreduce"] > 0
+    # The blend: `serial` of the way from the side-by-side run to the one-executor run.
+    side = Simulator.simulate(sim, data_parallel(sim.num_groups, 2)).iteration_time_s
+
+    class OneExecutor:
+        def simulate(self, strategy):
+            return type("Report", (), {"iteration_time_s": side + 1.0})()
+
+    sim.serial, sim._serial = 0.25, OneExecutor()
+    blended = sim.simulate(data_parallel(sim.num_groups, 2)).iteration_time_s
+    assert blended == pytest.approx(side + 0.25 + sim.step_overhead_s)
+    sim.serial, sim._serial = 0.0, None
     # Stored: the profile under its runtime's key, and both side-by-side measurements.
     assert any(p["device_type"] == lm.device_type_key(lm.TF_DEFAULTS) for p in db.list_op_profiles())
     again = lm.local_simulator(a, 2, 2, db=db, runtime=lm.TF_DEFAULTS, between_graph=True)

@@ -14,6 +14,7 @@ from tag_tf.search.priors import PRIORS
 if TYPE_CHECKING:
     from tag_tf.frontend.planning import PlanCache
     from tag_tf.search.mcts import MctsResult
+    from tag_tf.localmachine.model import LocalSimulator
     from tag_tf.sim.simulator import Simulator
 
 
@@ -46,7 +47,7 @@ def register(sub) -> None:
                         "'nominal' (datasheet), a calibration JSON from `tag-tf calibrate`, or 'local': this "
                         "machine's CPUs as measured (local:N or cpu-PxN topologies, --model only; the local machine "
                         "model, measured once into the profile DB under --local-runtime)")
-    p.add_argument("--local-runtime", choices=("tfdefault", "t1s2-eigen"), default="tfdefault",
+    p.add_argument("--local-runtime", choices=("tfdefault", "t1s2-eigen"),
                    help="with --calibration local: how the runs it plans for use TensorFlow: 'tfdefault' "
                         "(TensorFlow's own threads, oneDNN and Grappler: what a program gets; default) or "
                         "'t1s2-eigen' (one thread per op, oneDNN and Grappler off: the simulator-accuracy "
@@ -74,10 +75,15 @@ def run(args) -> int:
         if not args.model:
             raise StrategyError(f"--calibration {LOCAL_CALIBRATION}: needs --model (the local profile rebuilds "
                                 "the model at several batch sizes)")
+        args.local_runtime = args.local_runtime or "tfdefault"
         configure_runtime(RUNTIMES[args.local_runtime])   # before TensorFlow is imported: what the model describes
+    elif args.local_runtime or args.between_graph:
+        raise StrategyError(f"--local-runtime and --between-graph describe the local machine model: they need "
+                            f"--calibration {LOCAL_CALIBRATION}")
     topology = load_topology(args.topology)
-    if local:
-        local_setup(topology)
+    if local and local_setup(topology).processes == 1 and args.between_graph:
+        raise StrategyError(f"--between-graph: topology {args.topology!r} is one process; between-graph tasks "
+                            f"need cpu-PxN with P >= 2")
     ctx = PassContext(Options(num_groups=args.groups))
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
@@ -139,7 +145,8 @@ def run(args) -> int:
         result.strategy.save(args.out)
     out = {"model": loaded.source, "topology": topology.name,
            "calibration": LOCAL_CALIBRATION if local else sim.calibration_name, "simulated": True,
-           **({"local_runtime": args.local_runtime, "between_graph": bool(args.between_graph)} if local else {}),
+           **({"local_runtime": args.local_runtime,
+               "between_graph": cast("LocalSimulator", sim).machine.setup.between_graph} if local else {}),
            "iteration_time_s": result.iteration_time_s,
            "baselines_s": {k: _seconds(v) for k, v in result.baselines.items()},
            "speedup_over_dp": result.speedup_over_dp, "best_baseline": result.best_baseline,
