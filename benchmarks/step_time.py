@@ -195,10 +195,17 @@ def _tf_config_pair(config: str, model: str, args: argparse.Namespace, env: dict
             for task in tasks]
 
 
+def _child_env(**extra: str) -> dict:
+    """This process's environment without a TF_CONFIG or thread/oneDNN settings: TensorFlow's
+    defaults, as a user's program runs."""
+    from tag_tf.localmachine.runtime import RUNTIME_KEYS
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", *RUNTIME_KEYS)}
+    return dict(env, TF_CPP_MIN_LOG_LEVEL="2", **extra)
+
+
 def measure(config: str, model: str, args: argparse.Namespace) -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=tempfile.mkdtemp(prefix="tag_tf_bench_"))
-    for key in ("TF_CONFIG", "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_ENABLE_ONEDNN_OPTS"):
-        env.pop(key, None)       # TensorFlow's defaults, as a user's program runs
+    env = _child_env(TAG_TF_CACHE_DIR=tempfile.mkdtemp(prefix="tag_tf_bench_"))
     if config.endswith(("2proc-tfconfig", "2proc-chiefdriven")):
         if config.endswith("chiefdriven"):
             env["TAG_TF_BETWEEN_GRAPH"] = "0"
@@ -270,11 +277,8 @@ def add_predictions(rows: dict[str, dict], args: argparse.Namespace) -> None:
             continue
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(ours, f)
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        for key in ("TF_CONFIG", "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_ENABLE_ONEDNN_OPTS"):
-            env.pop(key, None)
         proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--run", "predict", "--models", model,
-                                 "--batch", str(args.batch), "--plans", f.name, "--db", db], cwd=ROOT, env=env,
+                                 "--batch", str(args.batch), "--plans", f.name, "--db", db], cwd=ROOT, env=_child_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         found = _result(proc, f"the prediction for {model}")
         os.unlink(f.name)

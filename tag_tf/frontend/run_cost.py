@@ -18,6 +18,8 @@ import numpy as np
 def _steps(scope: Any, repeats: int) -> float:
     import tensorflow as tf
 
+    from tag_tf.runtime.sessions import session_config
+
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
@@ -28,7 +30,7 @@ def _steps(scope: Any, repeats: int) -> float:
     feed = {x: np.ones([4, 8], np.float32)}
     times = []
     with scope:
-        with tf.compat.v1.Session(graph=graph) as sess:
+        with tf.compat.v1.Session(graph=graph, config=session_config(1)) as sess:     # with a deadline
             sess.run(init)
             for i in range(repeats + 50):           # the first runs compile and warm up
                 start = time.perf_counter()

@@ -5,8 +5,8 @@ Under TensorFlow's default thread pools the devices of a process run their ops s
 every process's ops spread over all cores, so what an op costs depends on what runs beside it (the
 transformer's matmuls use both cores alone and gain nothing from a second device; the cnn's tiny
 ops run one thread each and overlap). No single-device profile says which; running the setup's
-replicas side by side measures it for this graph (`model.corun_correction` turns it into per-op
-costs).
+replicas side by side measures it for this graph: `model.serial_share` reads how far the devices
+overlap, and one replica alone gives `model.step_correction` its untraced steps.
 
 A setup of P processes runs P-1 helper processes (`python -m tag_tf.localmachine.corun`), which
 rebuild the zoo model, and are told on stdin which batch size to run until the next line."""
@@ -24,23 +24,12 @@ import numpy as np
 
 from tag_tf.localmachine import helpers
 from tag_tf.localmachine.runtime import RUNTIMES, LocalSetup, Runtime, session_config
+from tag_tf.measure.ops import zoo_steps
 
 if TYPE_CHECKING:
     from tag_tf.measure.ops import TrainStep
 
 WARMUP_S, MEASURE_S, MAX_STEPS = 0.3, 0.5, 400      # per batch size (see _timed)
-
-
-def train_steps(name: str, kwargs: Mapping[str, Any], sizes: Sequence[int]) -> dict[int, TrainStep]:
-    """The zoo model's training step at each batch size, as `profile_model` builds it (seeded batches)."""
-    from tag_tf.measure.ops import TrainStep
-    from tag_tf.models import build_model
-
-    rng = np.random.default_rng(0)
-    if kwargs.get("dynamic_batch"):
-        built = build_model(name, batch_size=max(sizes), **kwargs)
-        return {b: TrainStep.from_model(built, b, rng) for b in sizes}
-    return {b: TrainStep.from_model(build_model(name, batch_size=b, **kwargs), b, rng) for b in sizes}
 
 
 class Replicas:
@@ -88,7 +77,7 @@ def corun_walls(name: str, kwargs: Mapping[str, Any], setup: LocalSetup, sizes: 
     try:
         for _ in range(setup.processes - 1):
             others.append(_start_helper(name, kwargs, setup, sizes))
-        replicas = Replicas(train_steps(name, kwargs, sizes), setup.devices_per_process, setup.runtime)
+        replicas = Replicas(zoo_steps(name, sizes, **kwargs), setup.devices_per_process, setup.runtime)
         walls: dict[int, float] = {}
         for b in sizes:
             for proc in others:          # the helpers switch to b and warm up before we time anything
@@ -123,7 +112,7 @@ def _start_helper(name: str, kwargs: Mapping[str, Any], setup: LocalSetup, sizes
 def _helper(spec: Mapping[str, Any]) -> None:
     """A helper's body: build, say READY; then for each batch size read from stdin: warm up, say
     READY, and run steps until the next line (end of input: exit)."""
-    replicas = Replicas(train_steps(spec["name"], spec["kwargs"], spec["sizes"]), int(spec["devices"]),
+    replicas = Replicas(zoo_steps(spec["name"], spec["sizes"], **spec["kwargs"]), int(spec["devices"]),
                         RUNTIMES[spec["runtime"]])
     helpers.say(helpers.READY)
     b = None

@@ -229,23 +229,30 @@ def check_same_ops(graph_defs: Mapping[int, Any]) -> None:
                                f"{diff[0]!r}): the graph's structure depends on the batch size")
 
 
+def zoo_steps(name: str, batch_sizes: Sequence[int], *, seed: int = 0, **build_kwargs: Any) -> dict[int, TrainStep]:
+    """A zoo model's training step at each batch size with seeded batches: built once when
+    `dynamic_batch` is among `build_kwargs` (and true), else rebuilt per batch size (op names
+    checked to be stable)."""
+    from tag_tf.models import build_model
+
+    sizes = sorted({int(b) for b in batch_sizes})
+    rng = np.random.default_rng(seed)
+    if build_kwargs.get("dynamic_batch"):
+        model = build_model(name, batch_size=sizes[-1], seed=seed, **build_kwargs)
+        return {b: TrainStep.from_model(model, b, rng) for b in sizes}
+    models = {b: build_model(name, batch_size=b, seed=seed, **build_kwargs) for b in sizes}
+    check_same_ops({b: m.graph_def for b, m in models.items()})
+    return {b: TrainStep.from_model(m, b, rng) for b, m in models.items()}
+
+
 def profile_model(name: str, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, *, repeats: int = 5,
                   warmup: int = 2, tiny: bool = False, dynamic_batch: bool = False, device: str = "local",
                   seed: int = 0, inter_op_threads: int | None = 1, target: str = "", device_type: str | None = None,
                   **build_kwargs: Any) -> OpProfile:
     """Profile a zoo model: rebuilt at each batch size (op names checked to be stable), or built once
     with a dynamic batch dimension and fed each batch size."""
-    from tag_tf.models import build_model
-
     sizes = sorted({int(b) for b in batch_sizes})
-    rng = np.random.default_rng(seed)
-    if dynamic_batch:
-        model = build_model(name, batch_size=sizes[-1], tiny=tiny, dynamic_batch=True, seed=seed, **build_kwargs)
-        steps = {b: TrainStep.from_model(model, b, rng) for b in sizes}
-    else:
-        models = {b: build_model(name, batch_size=b, tiny=tiny, seed=seed, **build_kwargs) for b in sizes}
-        check_same_ops({b: m.graph_def for b, m in models.items()})
-        steps = {b: TrainStep.from_model(m, b, rng) for b, m in models.items()}
+    steps = zoo_steps(name, sizes, seed=seed, tiny=tiny, dynamic_batch=dynamic_batch, **build_kwargs)
     info = {"model": name, "tiny": bool(tiny), "dynamic_batch": bool(dynamic_batch), "warmup": warmup,
             "inter_op_threads": inter_op_threads, **{k: _jsonable(v) for k, v in build_kwargs.items()}}
     log.info("profiling %s at batch sizes %s (%d repeats)", name, sizes, repeats)
@@ -257,5 +264,5 @@ def _jsonable(v: Any) -> Any:
     return v if isinstance(v, (int, float, str, bool, type(None))) else repr(v)
 
 
-__all__ = ["TrainStep", "check_same_ops", "profile_model", "profile_steps", "resolve_device", "session_config",
+__all__ = ["TrainStep", "check_same_ops", "zoo_steps", "profile_model", "profile_steps", "resolve_device", "session_config",
            "trace_steps"]
