@@ -23,11 +23,12 @@ Also reported: the first step's time (for tag_tf: capture, analysis, planning, c
 migration), the first and last loss, and the bytes that crossed the loopback interface per timed
 step (every process's traffic: collectives, feeds relayed to other tasks, gRPC framing).
 
-`--predict`: after the last round, one clean process per model predicts each tag_tf row's step (the
+`--predict`: after each round, one clean process per model predicts each tag_tf row's step (the
 plan that row ran, on that row's setup) with the local machine model under TensorFlow's default
 runtime (`tag_tf.localmachine`: profile, communication, side-by-side replicas and the step's own
-cost on TF_CONFIG-like tasks, all measured here and cached in `--db`), plus tag_tf's session layer
-(`tag_tf.frontend.run_cost`); the JSON and RESULTS.md get the error per setup.
+cost on TF_CONFIG-like tasks, all measured then, beside the rows, into that round's ProfileDB:
+`--db`/roundN), plus tag_tf's session layer (`tag_tf.frontend.run_cost`); a row's prediction is the
+median of its rounds' as its time is; the JSON and RESULTS.md get the error per setup.
 
 Usage: python benchmarks/step_time.py [--quick] [--models cnn,transformer] [--predict [--db DIR]]
 Writes benchmarks/results/step_time.json.
@@ -260,17 +261,33 @@ def run_in_this_process(config: str, model: str, args: argparse.Namespace) -> di
 
 def representative(found: list[dict]) -> dict:
     """One row from a configuration's rounds: the round with the median median (its own min/max,
-    first step, losses), with every round's median beside it; an error in any round is the row."""
+    first step, losses), with every round's median beside it; an error in any round is the row.
+    Predicted like measured: the median of the rounds' predictions (each round's from the model
+    measured in that round)."""
     errors = [row for row in found if "median_ms" not in row]
     if errors:
         return errors[0]
     ordered = sorted(found, key=lambda row: row["median_ms"])
-    return dict(ordered[(len(ordered) - 1) // 2], round_medians_ms=[row["median_ms"] for row in found])
+    row = dict(ordered[(len(ordered) - 1) // 2], round_medians_ms=[row["median_ms"] for row in found])
+    predicted = [r["predicted_ms"] for r in found if "predicted_ms" in r]
+    if predicted:
+        row.update(predicted_ms=float(np.median(predicted)), round_predictions_ms=predicted)
+    return row
 
 
-def add_predictions(rows: dict[str, dict], args: argparse.Namespace) -> None:
-    """Each tag_tf row gains `predicted_ms` (see `predict`): one clean process per model."""
-    db = args.db or tempfile.mkdtemp(prefix="tag_tf_bench_profiles_")
+def round_db(args: argparse.Namespace, r: int) -> str:
+    """The ProfileDB that round `r`'s predictions measure the local machine model into: the model's
+    inputs (a step's own cost, collectives, side-by-side replicas, the profile) drift with this shared
+    machine's load as the rows do, so each round measures its own beside the rows it predicts."""
+    if args.db:
+        return args.db if args.repeats == 1 else os.path.join(args.db, f"round{r + 1}")
+    return tempfile.mkdtemp(prefix=f"tag_tf_bench_profiles_r{r + 1}_")
+
+
+def add_predictions(rows: dict[str, dict], args: argparse.Namespace, db: str | None = None) -> None:
+    """Each tag_tf row gains `predicted_ms` (see `predict`): one clean process per model, the local
+    machine model from `db` (measured there first when it is not)."""
+    db = db or args.db or tempfile.mkdtemp(prefix="tag_tf_bench_profiles_")
     for model in args.models.split(","):
         ours = {key: row for key, row in rows.items() if key.startswith(model + "/") and "strategy" in row}
         if not ours:
@@ -413,8 +430,9 @@ def main() -> None:
     ap.add_argument("--predict", action="store_true",
                     help="tag_tf rows also get the local machine model's prediction (TensorFlow's default runtime) "
                          "of the plan they ran, and the JSON the prediction error per setup")
-    ap.add_argument("--db", help="with --predict: ProfileDB directory of the local machine model (default: a fresh "
-                                 "temporary one; measuring it takes minutes per model)")
+    ap.add_argument("--db", help="with --predict: ProfileDB directory of the local machine model, one per round "
+                                 "under it (DIR/roundN) when --repeats > 1 (default: fresh temporary ones; measuring "
+                                 "it takes about half a minute per model)")
     ap.add_argument("--keep-plans", action="store_true",
                     help="keep each tag_tf row's plan (the strategy JSON) in the output, for --predict-only")
     ap.add_argument("--predict-only", metavar="JSON",
@@ -453,10 +471,12 @@ def main() -> None:
         raise SystemExit(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
     runs: dict[str, list[dict]] = {}
     for r in range(args.repeats):      # rounds: load bursts on this shared machine spread over every row
+        this_round = {}
         for model in args.models.split(","):
             for config in configs:
                 row = measure(config, model, args)
                 runs.setdefault(f"{model}/{config}", []).append(row)
+                this_round[f"{model}/{config}"] = row
                 if "median_ms" in row:
                     shown = (f"{row['median_ms']:.1f} ms (min {row['min_ms']:.1f}, max {row['max_ms']:.1f}), first "
                              f"step {row['first_step_s']:.2f} s, loss {row['first_loss']:.4f} -> "
@@ -465,9 +485,9 @@ def main() -> None:
                     shown = row.get("error") or row.get("absent")
                 print(f"{model:12s} {config:26s} {shown}" + (f"  [round {r + 1}/{args.repeats}]" if args.repeats > 1
                                                              else ""), flush=True)
+        if args.predict:
+            add_predictions({k: row for k, row in this_round.items() if "median_ms" in row}, args, round_db(args, r))
     rows = {key: representative(found) for key, found in runs.items()}
-    if args.predict:
-        add_predictions(rows, args)
     if not args.keep_plans:
         for row in rows.values():
             row.pop("strategy", None)      # the plan's name stays

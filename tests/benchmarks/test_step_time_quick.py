@@ -54,3 +54,26 @@ def test_step_time_quick(tmp_path):
     assert "| cnn | " in text.split("faster of MWMS and Horovod |")[1]      # the best-against-peer row
     assert "| cnn | tag-horovod-2proc-tfconfig |" in text.split("| setup modelled |")[1]
     assert "Prediction error (MAPE): one process" in text
+
+
+def test_rounds_are_predicted_like_they_are_measured(tmp_path):
+    """A row is its median round; its prediction is the median of its rounds' predictions (each from
+    the model measured in that round, in that round's own ProfileDB)."""
+    sys.path.insert(0, ROOT)
+    from benchmarks.step_time import representative, round_db
+
+    found = [{"median_ms": 3.0, "predicted_ms": 2.0, "round": 1}, {"median_ms": 1.0, "predicted_ms": 1.5, "round": 2},
+             {"median_ms": 2.0, "predicted_ms": 9.0, "round": 3}]
+    row = representative(found)
+    assert row["round"] == 3 and row["median_ms"] == 2.0 and row["round_medians_ms"] == [3.0, 1.0, 2.0]
+    assert row["predicted_ms"] == 2.0 and row["round_predictions_ms"] == [2.0, 1.5, 9.0]
+    assert "predicted_ms" not in representative([{"median_ms": 1.0}, {"median_ms": 2.0}])
+    assert representative([{"median_ms": 1.0}, {"error": "boom"}]) == {"error": "boom"}
+
+    class Args:
+        db, repeats = str(tmp_path), 3
+    assert [round_db(Args, r) for r in range(3)] == [str(tmp_path / f"round{r}") for r in (1, 2, 3)]
+    Args.repeats = 1
+    assert round_db(Args, 0) == str(tmp_path)
+    Args.db = None
+    assert round_db(Args, 0) != round_db(Args, 1)
