@@ -24,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.markdown import replace_section                # noqa: E402
 from tag_tf.frontend.commands.calibrate import CaseBuilder      # noqa: E402
 from tag_tf.search.mcts import MctsOptions, mcts_search        # noqa: E402
 from tag_tf.search.priors import DEFAULT_PRIOR                  # noqa: E402
@@ -111,13 +112,7 @@ def render(data: dict) -> str:
 
 
 def write_markdown(data: dict, path: str) -> None:
-    text = open(path).read()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{path}: no {BEGIN} ... {END} section to regenerate")
-    head, rest = text.split(BEGIN, 1)
-    with open(path + ".tmp", "w") as f:
-        f.write(head + BEGIN + "\n" + render(data) + END + rest.split(END, 1)[1])
-    os.replace(path + ".tmp", path)
+    replace_section(path, BEGIN, END, render(data))
 
 
 def _ms(t: float | None) -> str:

@@ -51,6 +51,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from benchmarks import peers  # noqa: E402
+from benchmarks.markdown import replace_section  # noqa: E402
 
 CONFIGS = ("tf1-single", "tf2-single", "tag-dp-local2", "tag-horovod-local2", "tag-auto-local2", "mirrored-local2",
            "tag-dp-2proc-tfconfig", "tag-horovod-2proc-tfconfig", "tag-auto-2proc-tfconfig",
@@ -401,14 +402,7 @@ def render_prediction(data: dict, keys: list[str]) -> list[str]:
 
 def write_markdown(data: dict, path: str) -> None:
     """Replace the tables between the step-time markers of `path` (RESULTS.md)."""
-    text = open(path).read()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{path}: no {BEGIN} ... {END} section to regenerate")
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    with open(path + ".tmp", "w") as f:
-        f.write(head + BEGIN + "\n" + render(data) + END + tail)
-    os.replace(path + ".tmp", path)
+    replace_section(path, BEGIN, END, render(data))
 
 
 def main() -> None:
