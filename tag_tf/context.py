@@ -32,6 +32,8 @@ class Options:
 
 
 CACHE_ENV = "TAG_TF_CACHE_DIR"
+# Set by `tag-tf emulate` on each task: the emulated host it runs on (its name in discovery).
+EMULATED_HOST_ENV = "TAG_TF_EMULATED_HOST"
 
 
 def default_cache_dir() -> str:

@@ -43,3 +43,7 @@ class VerificationError(TagError):
 
 class WeightsError(TagError):
     """A GNN weights file that cannot be used (missing, corrupt, or for another network)."""
+
+
+class EmulationError(TagError):
+    """An emulated cluster cannot be built here (not root, a missing kernel feature) or its file is wrong."""

@@ -10,7 +10,8 @@ import os
 import sys
 
 # Subcommand modules, in the order `tag-tf --help` lists them.
-COMMANDS = ("analyze", "profile", "topology", "simulate", "plan", "train_gnn", "calibrate", "verify", "server", "demo")
+COMMANDS = ("analyze", "profile", "topology", "simulate", "plan", "train_gnn", "calibrate", "verify", "server", "emulate",
+            "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

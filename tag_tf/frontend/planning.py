@@ -60,6 +60,9 @@ class Plan:
         name = self.strategy.name or "strategy"
         where = "plan cache hit" if self.cache_hit else (
             f"planned in {self.seconds:.2f} s" if self.request in PLANNED else "given")
+        shares = self.strategy.shares
+        if shares is not None and max(shares) > min(shares) * (1 + 1e-6):
+            where += "; batch shares " + "/".join(f"{x / sum(shares):.2f}" for x in shares)
         return f"{name} ({where})"
 
 
@@ -239,9 +242,10 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
     patience = DEFAULT_PATIENCE_S if budget_s is None else None
     sim = sim if sim is not None else simulator(analysis, topology, calibration, costs)
-    if drive_s > 0 and topology.num_machines > 1 and _cpus_only(topology):
-        # Tasks that drive themselves on CPUs: only whole replicas are worth running
-        # (between_graph_choice), so no search: the fastest that fits.
+    if drive_s > 0 and topology.num_machines > 1 and _cpus_only(topology) and _alike(topology):
+        # Tasks that drive themselves on alike CPU hosts: only whole replicas are worth running
+        # (between_graph_choice), and even shares on every host are what there is to find: no search,
+        # the fastest that fits. Hosts of measured unequal speeds or links are searched.
         plans = {name: baseline(name, analysis, topology) for name in WHOLE_REPLICA_BASELINES}
         fits = {name: t for name, p in plans.items() if math.isfinite(t := sim.simulate(p).iteration_time_s)}
         if fits:
@@ -262,6 +266,15 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
              min(result.baselines.values()) * 1e3, found.simulations, found.seconds)
     strategy = between_graph_choice(result.strategy, result.iteration_time_s, result.baselines, analysis, topology,
                                     drive_s)
+    devices = {d for g in strategy.groups for d in g.devices}
+    if len(devices) == 1 and topology.num_devices > 1:
+        (device,) = devices
+        known = {n: t for n, t in result.baselines.items() if t is not None and math.isfinite(t)}
+        best = min(known, key=lambda n: known[n]) if known else None
+        log.warning("tag_tf: auto keeps the model on one device (%s of machine %r): %.3g ms per step simulated%s",
+                    device, topology.machines[topology.devices[device].machine].name, result.iteration_time_s * 1e3,
+                    "" if best is None else f", {known[best] / result.iteration_time_s:.2f}x faster than {best} "
+                                            f"({known[best] * 1e3:.3g} ms) on all {topology.num_devices} devices")
     return stamped(strategy, analysis, topology)
 
 
@@ -309,6 +322,11 @@ def between_graph_choice(strategy: Strategy, seconds: float, baselines: Mapping[
 
 def _cpus_only(topology: Topology) -> bool:
     return all(d.type == "cpu" for d in topology.devices)
+
+
+def _alike(topology: Topology) -> bool:
+    """Every machine of one measured speed, and one switch between them (no bandwidth matrix)."""
+    return len({m.speed for m in topology.machines}) == 1 and not isinstance(topology.inter_bandwidth, tuple)
 
 
 def stamped(strategy: Strategy, analysis: Analysis, topology: Topology, name: str = "auto") -> Strategy:

@@ -57,9 +57,12 @@ class Target:
         links = report["links"]
         logging.getLogger("tag_tf.distribute").info(
             "tag_tf: cluster topology %r from its servers (%d device(s)%s)", topo.name, topo.num_devices,
-            "" if links is None else f"; links {links['bandwidth'] * 8 / 1e9:.3g} Gbps, "
-            f"{links['latency'] * 1e6:.0f} us, {float(links.get('drive_s') or 0) * 1e3:.2f} ms to drive a task's part "
-            f"of a step{', cached' if report['cached'] else ', measured'}")
+            ("" if links is None else
+             f"; links {_links_text(links)}, {links['latency'] * 1e6:.0f} us, "
+             f"{float(links.get('drive_s') or 0) * 1e3:.2f} ms to drive a task's part "
+             f"of a step{', cached' if report['cached'] else ', measured'}") +
+            ("" if all(m.speed == 1.0 for m in topo.machines) else
+             "; task speeds " + "/".join(f"{m.speed:.2g}" for m in topo.machines)))
         replaced = cluster_target(topo, self.cluster, self.role)
         drive = 0.0
         if links is not None and self.role is not None and os.environ.get("TAG_TF_BETWEEN_GRAPH", "1") != "0":
@@ -176,3 +179,8 @@ def _check_runs_here(topo: Topology) -> None:
         f"topology {topo.name!r} ({topo.num_machines} machine(s), {kinds}) does not match the devices "
         f"present (1 machine, {present} GPU(s)): such topologies can be planned and simulated but not run "
         f"here; to run it pass cluster= with one server per machine")
+
+
+def _links_text(links: dict) -> str:
+    bws = [float(p["bandwidth"]) * 8 / 1e9 for p in links.get("pairs") or []] or [links["bandwidth"] * 8 / 1e9]
+    return f"{min(bws):.3g} Gbps" if max(bws) <= 1.2 * min(bws) else f"{min(bws):.3g}-{max(bws):.3g} Gbps"

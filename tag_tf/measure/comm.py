@@ -123,7 +123,8 @@ def chain_length(nbytes: int, budget: int = 16 * MiB, most: int = 16) -> int:
 
 
 def measure_p2p(sizes: Sequence[int], repeats: int = 5, warmup: int = 1,
-                cluster: Tasks | None = None, record: list | None = None) -> list[Sample]:
+                cluster: Tasks | None = None, record: list | None = None, chain_budget: int = 16 * MiB
+                ) -> list[Sample]:
     """[(bytes, seconds)]: one gRPC transfer between the two tasks of a local cluster per size
     (median of `repeats` after `warmup`, baseline subtracted, clamped at 0). Starts and stops its
     own cluster unless one with >= 2 tasks is given. `record`, if given, gets one dict per size
@@ -134,7 +135,7 @@ def measure_p2p(sizes: Sequence[int], repeats: int = 5, warmup: int = 1,
     per-transfer time is (median(step) - median(baseline)) / hops."""
     if cluster is None:
         with LocalCluster(2, timeout_ms=int(DEFAULT_TIMEOUT_S * 1000)) as own:
-            return measure_p2p(sizes, repeats, warmup, own, record)
+            return measure_p2p(sizes, repeats, warmup, own, record, chain_budget)
     if cluster.num_tasks < 2:
         raise ProfileError("measure_p2p: the cluster needs at least 2 tasks")
     import tensorflow as tf
@@ -143,7 +144,7 @@ def measure_p2p(sizes: Sequence[int], repeats: int = 5, warmup: int = 1,
     config.graph_options.rewrite_options.disable_meta_optimizer = True   # keep the Identity hops
     out: list[Sample] = []
     for nbytes in sizes:
-        n, hops = _elements(nbytes), chain_length(nbytes)
+        n, hops = _elements(nbytes), chain_length(nbytes, chain_budget)
         g = tf.Graph()
         with g.as_default():
             with tf.device(cluster.device(0)):

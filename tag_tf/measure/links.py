@@ -2,9 +2,13 @@
 
 The chief reads every task's description (`runtime.discovery.gather`), types the GPUs
 (`topology.gpus.type_from_device_name`; an unknown card keeps its name with placeholder numbers),
-and measures the network with the communication profiler: a few gRPC transfers from the chief to
-each other task, fitted to latency + bytes / bandwidth; the slowest pair stands for the switch. The
-measurement is cached per cluster (its addresses and descriptions) under the cache directory.
+measures each task's compute speed on that task (a chain of matrix products placed on its CPU: it
+runs in the task's own process, under its own CPU quota and threads), and measures the network with
+the communication profiler: a few gRPC transfers between every pair of tasks, fitted to latency +
+bytes / bandwidth. Tasks of unequal speed get machine speeds (the fastest is 1.0); links of unequal
+bandwidth become a bandwidth matrix (else one switch, the slowest pair). The measurement is cached
+per cluster (its addresses and descriptions: a changed CPU quota or cpuset is another cluster) under
+the cache directory; speeds are measured again every time, and links too when a speed moved.
 
 A server that publishes nothing (a plain `tf.distribute.Server` someone else started) is described
 as the cluster file says: `cpus_per_task` CPU devices, with a warning naming it.
@@ -17,6 +21,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
+from tag_tf.context import EMULATED_HOST_ENV
 from tag_tf.datafiles import write_atomic
 from tag_tf.runtime.discovery import gather
 
@@ -26,7 +31,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tag_tf.discovery")
 
-PROBE_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20)   # bytes: a small one pins the latency
+PROBE_SIZES = (4 << 10, 64 << 10, 512 << 10, 2 << 20)   # bytes: a small one pins the latency
+PROBE_BUDGET = 2 << 20     # bytes one timed step moves at most (0.3 s over a 50 Mbit/s link)
+SPEED_SIZE = 512           # the compute probe's square matrices
+SPEED_CHAIN = (2, 10)      # products per timed step (the difference: ~17 ms of work at 120 GFLOP/s, several CFS periods)
+SAME_SPEED = 0.20          # tasks within 20% of the fastest count as equally fast (probe noise)
+SAME_BANDWIDTH = 0.20      # pairs within 20% of each other count as one switch
+SPEED_MOVED = 0.25         # a task's relative speed this far from the cached one: measure the links again
 
 
 class _Pair:
@@ -64,20 +75,94 @@ def fit_link(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
 
 
 def measure_links(spec: ClusterSpec, repeats: int = 3) -> dict:
-    """The chief's link to each other task, measured: {"pairs": [...], "bandwidth": B/s, "latency": s,
-    "drive_s": s} with the slowest bandwidth, the largest latency and the largest driving cost
-    (`measure_drive`) standing for the switch."""
+    """Every pair of tasks' link, measured: {"pairs": [...], "bandwidth": B/s, "latency": s,
+    "drive_s": s}; the slowest bandwidth, the largest latency and the largest driving cost
+    (`measure_drive`, the chief's pairs) stand for the switch where one switch describes the links."""
     from tag_tf.measure.comm import measure_p2p
 
     pairs: list[dict[str, Any]] = []
-    for task in range(1, len(spec.tasks)):
-        pair = _Pair(spec, 0, task)
-        samples = measure_p2p(PROBE_SIZES, repeats=repeats, warmup=1, cluster=pair)
-        bandwidth, latency = fit_link(samples)
-        pairs.append({"tasks": [0, task], "bandwidth": bandwidth, "latency": latency,
-                      "drive_s": measure_drive(pair), "samples": [[int(b), float(t)] for b, t in samples]})
+    n = len(spec.tasks)
+    for a in range(n):
+        for b in range(a + 1, n):
+            pair = _Pair(spec, a, b)
+            samples = measure_p2p(PROBE_SIZES, repeats=repeats, warmup=1, cluster=pair, chain_budget=PROBE_BUDGET)
+            bandwidth, latency = fit_link(samples)
+            pairs.append({"tasks": [a, b], "bandwidth": bandwidth, "latency": latency,
+                          "drive_s": measure_drive(pair) if a == 0 else None,
+                          "samples": [[int(x), float(t)] for x, t in samples]})
     return {"pairs": pairs, "bandwidth": min(float(p["bandwidth"]) for p in pairs),
-            "latency": max(float(p["latency"]) for p in pairs), "drive_s": max(float(p["drive_s"]) for p in pairs)}
+            "latency": max(float(p["latency"]) for p in pairs),
+            "drive_s": max(float(p["drive_s"]) for p in pairs if p["drive_s"] is not None)}
+
+
+def measure_speeds(spec: ClusterSpec, repeats: int = 5) -> list[float]:
+    """Each task's FLOP/s on a chain of float32 matrix products placed on its first CPU device
+    (timed from the chief; the chain's length difference cancels the round trip)."""
+    return [measure_speed(spec, task, repeats) for task in range(len(spec.tasks))]
+
+
+def measure_speed(spec: ClusterSpec, task: int, repeats: int = 5) -> float:
+    import tensorflow as tf
+
+    from tag_tf.measure.comm import _run_tf, time_pair
+
+    device = f"/job:{spec.job}/replica:0/task:{task}/device:CPU:0"
+    config = spec.session_config(device_filters=sorted({f"/job:{spec.job}/task:0", f"/job:{spec.job}/task:{task}"}))
+    config.graph_options.rewrite_options.disable_meta_optimizer = True     # keep every product
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(device):
+            a = tf.Variable(tf.random.uniform([SPEED_SIZE, SPEED_SIZE], -1.0, 1.0) / SPEED_SIZE, name="speed_probe")
+            ends = []
+            for length in SPEED_CHAIN:
+                x = a.read_value()
+                for _ in range(length):
+                    x = tf.matmul(x, a)
+                ends.append(tf.reduce_sum(x[:1, :1]).op)
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(spec.target, graph=g, config=config) as sess:
+        _run_tf(lambda: sess.run(init), f"compute speed of task {task}: init")
+        long, short = _run_tf(lambda: time_pair(lambda: sess.run(ends[1]), lambda: sess.run(ends[0]), repeats,
+                                                warmup=2), f"compute speed of task {task}")
+    seconds = max(long - short, 1e-9) / (SPEED_CHAIN[1] - SPEED_CHAIN[0])
+    return 2.0 * SPEED_SIZE ** 3 / seconds
+
+
+def alike_flops(flops: Sequence[float], descriptions: Sequence[dict | None]) -> list[float]:
+    """Each task's FLOP/s, the median of its kind's: tasks that describe themselves alike (same host,
+    cores, CPU affinity and cgroups, same GPUs) are the same machine, and what their probes differ by
+    is noise (local tasks sharing cores measure each other's load)."""
+    import statistics
+
+    kinds: dict[str, list[int]] = {}
+    for i, d in enumerate(descriptions):
+        kinds.setdefault(json.dumps(d, sort_keys=True) if d is not None else f"task{i}", []).append(i)
+    out = list(flops)
+    for members in kinds.values():
+        for i in members:
+            out[i] = statistics.median(flops[k] for k in members)
+    return out
+
+
+def relative_speeds(flops: Sequence[float]) -> list[float]:
+    """Each task's speed against the fastest (1.0 for all where they are within SAME_SPEED of it)."""
+    top = max(flops)
+    speeds = [f / top for f in flops]
+    if min(speeds) >= 1.0 - SAME_SPEED:
+        return [1.0] * len(speeds)
+    return [float(f"{s:.2g}") for s in speeds]
+
+
+def link_matrix(links: dict, n: int) -> list[list[float]] | None:
+    """The pairs' bandwidths as a symmetric matrix (bytes/s), or None where one switch describes them."""
+    bws = [float(p["bandwidth"]) for p in links["pairs"]]
+    if len(bws) < 1 or max(bws) <= (1.0 + SAME_BANDWIDTH) * min(bws) or len(links["pairs"]) < n * (n - 1) // 2:
+        return None
+    matrix = [[0.0] * n for _ in range(n)]
+    for p in links["pairs"]:
+        a, b = p["tasks"]
+        matrix[a][b] = matrix[b][a] = float(p["bandwidth"])
+    return matrix
 
 
 def measure_drive(pair: _Pair, repeats: int = 41) -> float:
@@ -149,10 +234,24 @@ def discover(spec: ClusterSpec, cache_dir: str | None = None, measure: bool = Tr
     key = cluster_key(spec, descriptions)
     name = (f"cpu-{len(machines)}x{spec.cpus_per_task}" if all_cpu and
             all(m["gpus"] == f"{spec.cpus_per_task}x cpu" for m in machines) else f"cluster-{key[:8]}")
+    for m, d in zip(machines, descriptions):
+        if d and d.get("host") and os.environ.get(EMULATED_HOST_ENV):
+            m["name"] = str(d["host"])          # an emulated cluster's host names
     topo_spec: dict = {"name": name, "machines": machines}
     if custom:
         topo_spec["gpu_types"] = list(custom.values())
-    report: dict = {"descriptions": descriptions, "cache": None, "cached": False, "links": None}
+    report: dict = {"descriptions": descriptions, "cache": None, "cached": False, "links": None, "speeds": None}
+    flops = measure_speeds(spec) if measure else None
+    speeds = None
+    if flops is not None:
+        speeds = relative_speeds(alike_flops(flops, descriptions))
+        report["speeds"] = {"flops": flops, "relative": speeds}
+        for m, speed in zip(machines, speeds):
+            if speed != 1.0:
+                m["speed"] = speed
+        if any(speed != 1.0 for speed in speeds):
+            name = f"cluster-{key[:8]}"
+    topo_spec["name"] = name
     if len(machines) > 1:
         links, path = None, None
         if cache_dir:
@@ -161,18 +260,27 @@ def discover(spec: ClusterSpec, cache_dir: str | None = None, measure: bool = Tr
             try:
                 with open(path) as f:
                     links = json.load(f)
-                report["cached"] = "drive_s" in links      # measured before the driving cost was: again
+                # measured before the driving cost, the pairs or the speeds were, or a speed moved: again
+                report["cached"] = all(k in links for k in ("drive_s", "speeds")) and \
+                    len(links["pairs"]) == len(machines) * (len(machines) - 1) // 2 and \
+                    (speeds is None or all(abs(f / c - 1.0) <= SPEED_MOVED for f, c in zip(speeds, links["speeds"])))
                 links = links if report["cached"] else None
-            except (OSError, ValueError, TypeError):
+            except (OSError, ValueError, TypeError, KeyError, ZeroDivisionError):
                 links = None
         if links is None and measure:
             links = measure_links(spec)
+            links["speeds"] = speeds
             if path:
                 write_atomic(path, json.dumps(links, indent=1))
         report["links"] = links
         if links is not None:
-            topo_spec["inter"] = {"switch": f"{links['bandwidth'] * 8 / 1e9:.6g}Gbps",
-                                  "latency": f"{max(links['latency'], 1e-7) * 1e6:.6g}us"}
+            matrix = link_matrix(links, len(machines))
+            latency = f"{max(links['latency'], 1e-7) * 1e6:.6g}us"
+            if matrix is not None:
+                topo_spec["inter"] = {"matrix": [[f"{bw * 8 / 1e9:.6g}Gbps" for bw in row] for row in matrix],
+                                      "latency": latency}
+            else:
+                topo_spec["inter"] = {"switch": f"{links['bandwidth'] * 8 / 1e9:.6g}Gbps", "latency": latency}
         else:
             topo_spec["inter"] = {"switch": "10Gbps"}
     return load_topology(topo_spec), report

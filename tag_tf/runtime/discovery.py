@@ -14,6 +14,7 @@ import socket
 import time
 from typing import Any, Protocol, Sequence
 
+from tag_tf.context import EMULATED_HOST_ENV
 from tag_tf.errors import ClusterError
 from tag_tf.runtime.sessions import session_config
 
@@ -37,7 +38,8 @@ class Cluster(Protocol):
 
 
 def describe_here(cpus_per_task: int) -> dict:
-    """What this process's server offers: host, CPU devices and cores, GPUs (CUDA name, memory)."""
+    """What this process's server offers: host, CPU devices and cores (those it may run on, and the
+    cgroups that limit them: a changed quota or cpuset is another host), GPUs (CUDA name, memory)."""
     import tensorflow as tf
 
     gpus = []
@@ -47,8 +49,20 @@ def describe_here(cpus_per_task: int) -> dict:
         except Exception:       # details are best-effort; the device is still there
             details = {}
         gpus.append({"name": details.get("device_name", ""), "memory_bytes": details.get("memory_limit")})
-    return {"host": socket.gethostname(), "cpu_devices": int(cpus_per_task), "cpu_cores": os.cpu_count() or 1,
-            "gpus": gpus}
+    return {"host": os.environ.get(EMULATED_HOST_ENV) or socket.gethostname(), "cpu_devices": int(cpus_per_task),
+            "cpu_cores": os.cpu_count() or 1, "cpu_affinity": len(os.sched_getaffinity(0)),
+            "cgroups": _cgroups(), "gpus": gpus}
+
+
+def _cgroups() -> str:
+    """This process's cpu and cpuset cgroups, as /proc/self/cgroup names them ("" where unknown)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.strip().split(":", 2) for line in f if line.strip()]
+    except OSError:
+        return ""
+    return ";".join(f"{parts[1]}={parts[2]}" for parts in lines
+                    if len(parts) == 3 and {"cpu", "cpuset"} & set(parts[1].split(",")))
 
 
 def _handle(tf: Any, device: str) -> Any:

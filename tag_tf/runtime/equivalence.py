@@ -11,7 +11,7 @@ import numpy as np
 from tag_tf.analysis import Analysis
 from tag_tf.compiler import Compiled
 from tag_tf.runtime.sessions import import_graph, session_config
-from tag_tf.runtime.variables import VariableIO, max_rel_diff
+from tag_tf.runtime.variables import VariableIO, max_rel_diff, typical_magnitude
 
 Feeds = Callable[[int], Mapping[str, np.ndarray]]   # step -> {tensor name: batch}
 
@@ -34,6 +34,9 @@ class EquivalenceResult:
     # max_rel_diff of the original run against itself on row-permuted batches (see noise_floor);
     # `tolerance` is at least NOISE_FACTOR times it.
     noise_floor: float = 0.0
+    # Variables smaller than this are judged in absolute terms (see runtime.variables.max_rel_diff):
+    # a typical parameter's magnitude in the original run.
+    absolute_scale: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -45,7 +48,7 @@ class EquivalenceResult:
                 "ok": self.ok, "tolerance": self.tolerance, "copies_max_diff": self.copies_max_diff,
                 "losses_original": list(self.losses_original), "losses_compiled": list(self.losses_compiled),
                 "worst_variables": dict(worst), "noise_variables": list(self.noise_variables),
-                "noise_floor": float(self.noise_floor)}
+                "noise_floor": float(self.noise_floor), "absolute_scale": float(self.absolute_scale)}
 
 
 def _initializers(graph_ir, instances: Mapping[str, list[str]] | None = None) -> list[str]:
@@ -178,19 +181,44 @@ def run_compiled(analysis: Analysis, compiled: Compiled, initial: Mapping[str, n
 
 
 def noise_floor(analysis: Analysis, original: OriginalRun, feeds: Feeds) -> float:
-    """How far float32 reassociation alone moves the original run: the original graph trained from
-    the same values on the same batches with their rows permuted. 0 (no allowance) where the batch
-    inputs do not share one leading dimension: rows of sparse indices name samples, and permuting
-    them apart from the samples would compute something else."""
+    """How far rounding alone moves the original run: the larger of two samples of it, the original
+    graph trained from the same values on the same batches with their rows permuted (float32
+    reassociation over the batch), and trained from values one unit in the last place away (how
+    training amplifies a rounding-sized difference; a batch of 1 or 2 rows reassociates nothing
+    when permuted, while kernels on shards of other shapes sum in another order). Rows are not
+    permuted where the batch inputs do not share one leading dimension: rows of sparse indices name
+    samples, and permuting them apart from the samples would compute something else."""
+    trainable = judged_variables(analysis, original)
+    scale = typical_magnitude(original.final, trainable)
+    floors = [max_rel_diff(original.final, run_original(analysis, feeds, original.steps,
+                                                        initial=one_ulp_away(original.initial)).final,
+                           trainable, scale)[0]]
     batch_inputs = set(analysis.graph.meta.feeds)
-    for step in range(original.steps):
-        rows = {np.shape(v)[0] for k, v in feeds(step).items() if k in batch_inputs and np.ndim(v)}
-        if len(rows) > 1:
-            return 0.0
-    again = run_original(analysis, permuted(analysis, feeds), original.steps, initial=original.initial)
+    rows = [{np.shape(v)[0] for k, v in feeds(step).items() if k in batch_inputs and np.ndim(v)}
+            for step in range(original.steps)]
+    if all(len(r) <= 1 for r in rows):
+        again = run_original(analysis, permuted(analysis, feeds), original.steps, initial=original.initial)
+        floors.append(max_rel_diff(original.final, again.final, trainable, scale)[0])
+    return max(floors)
+
+
+def one_ulp_away(values: Mapping[str, np.ndarray], seed: int = 20_000) -> dict[str, np.ndarray]:
+    """Every floating-point value moved one unit in the last place up or down (seeded)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, value in values.items():
+        value = np.asarray(value)
+        if np.issubdtype(value.dtype, np.floating) and value.size:
+            direction = np.where(rng.random(value.shape) < 0.5, -np.inf, np.inf).astype(value.dtype)
+            value = np.nextafter(value, direction)
+        out[name] = value
+    return out
+
+
+def judged_variables(analysis: Analysis, original: OriginalRun) -> list[str]:
+    """The trainable variables a run is compared on: all but those whose gradient is rounding noise."""
     noise = noise_variables(original.grad_max)
-    trainable = [v.name for v in analysis.graph.variables.values() if v.trainable and v.name not in noise]
-    return max_rel_diff(original.final, again.final, trainable)[0]
+    return [v.name for v in analysis.graph.variables.values() if v.trainable and v.name not in noise]
 
 
 def _draws_random(analysis: Analysis) -> bool:
@@ -214,8 +242,9 @@ def check_equivalence(analysis: Analysis, compiled: Compiled, feeds: Feeds, step
         floor = 0.0 if _draws_random(analysis) else noise_floor(analysis, original, feeds)
     final_b, spread, losses_b = run_compiled(analysis, compiled, original.initial, feeds, steps,
                                              target=target, config=config)
-    noise = noise_variables(original.grad_max)
-    trainable = [v.name for v in analysis.graph.variables.values() if v.trainable and v.name not in noise]
-    worst, per = max_rel_diff(original.final, final_b, trainable)
+    trainable = judged_variables(analysis, original)
+    scale = typical_magnitude(original.final, trainable)
+    worst, per = max_rel_diff(original.final, final_b, trainable, scale)
     return EquivalenceResult(worst, per, steps, len(compiled.devices), original.losses, tuple(losses_b),
-                             spread, max(tolerance, NOISE_FACTOR * floor), noise, floor)
+                             spread, max(tolerance, NOISE_FACTOR * floor), noise_variables(original.grad_max),
+                             floor, scale)

@@ -61,11 +61,29 @@ class VariableIO:
             session.run(ops, feed)
 
 
-def max_rel_diff(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], names: Sequence[str]) -> tuple[float, dict[str, float]]:
-    """Largest |a-b| relative to the variable's largest magnitude, over `names`."""
+def typical_magnitude(values: Mapping[str, np.ndarray], names: Sequence[str]) -> float:
+    """The magnitude of a typical parameter of the model: the median of the variables' largest
+    magnitudes, each variable weighted by its size (kernels and embeddings, not their biases)."""
+    mags = sorted((float(np.max(np.abs(np.asarray(values[n], dtype=np.float64)))), np.size(values[n]))
+                  for n in names if np.size(values[n]))
+    total, seen = sum(size for _, size in mags), 0
+    for mag, size in mags:
+        seen += size
+        if 2 * seen >= total:
+            return mag
+    return 0.0
+
+
+def max_rel_diff(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], names: Sequence[str],
+                 absolute_scale: float = 0.0) -> tuple[float, dict[str, float]]:
+    """Largest |a-b| relative to the variable's largest magnitude, over `names`. A variable whose
+    values are all smaller than `absolute_scale` (a zero-initialised bias or a LayerNorm beta that
+    training has moved a few steps: its values are those steps, and under Adam a near-zero gradient
+    element's rounding noise is a step's worth) is judged in absolute terms, against
+    `absolute_scale` (see `typical_magnitude`)."""
     per = {}
     for n in names:
         x, y = np.asarray(a[n], dtype=np.float64), np.asarray(b[n], dtype=np.float64)
-        scale = max(float(np.max(np.abs(x))) if x.size else 0.0, 1e-12)
+        scale = max(float(np.max(np.abs(x))) if x.size else 0.0, absolute_scale, 1e-12)
         per[n] = float(np.max(np.abs(x - y)) / scale) if x.size else 0.0
     return (max(per.values()) if per else 0.0), per

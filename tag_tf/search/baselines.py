@@ -64,8 +64,10 @@ def random_strategy(num_groups: int, num_devices: int, rng: np.random.Generator,
 
 
 def device_capacities(topology: Topology) -> list[float]:
-    """Compute capacity of each device: its type's peak FLOP/s (equal for identical devices)."""
-    return [float(topology.gpu_type(d.type).peak_flops) for d in topology.devices]
+    """Compute capacity of each device: its type's peak FLOP/s times its machine's measured speed
+    (equal for identical devices)."""
+    return [float(topology.gpu_type(d.type).peak_flops) * topology.machines[d.machine].speed
+            for d in topology.devices]
 
 
 BASELINES = ("dp", "dp-p", "horovod", "horovod-p")   # fixed rules; "heterog" is searched

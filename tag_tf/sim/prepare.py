@@ -119,7 +119,7 @@ class Prepared:
     # -- names (for reports and SFB; not read by the native code)
     link_names: tuple[str, ...]   # by link resource id
     tensor_names: tuple[str, ...]  # by tensor id
-    device_types: tuple[str, ...]  # by type index
+    device_types: tuple[str, ...]  # by type index (a type once per machine speed: see device_kinds)
     comm: CommFits | None = None   # fitted communication, or None (the topology's analytical links)
 
     def as_native(self) -> dict[str, Any]:
@@ -133,6 +133,12 @@ class Prepared:
 
 def device_types(topology: Topology) -> tuple[str, ...]:
     return tuple(dict.fromkeys(d.type for d in topology.devices))
+
+
+def device_kinds(topology: Topology) -> tuple[tuple[str, float], ...]:
+    """The simulator's device types: (type, machine speed) pairs, so that one type on machines of
+    other measured speeds (CPU tasks on other quotas) gets its own op times."""
+    return tuple(dict.fromkeys((d.type, float(topology.machines[d.machine].speed)) for d in topology.devices))
 
 
 CPU_EXECUTORS = ("per-process", "per-device", "one")
@@ -150,13 +156,14 @@ def prepare(analysis: Analysis, topology: Topology, costs: OpCosts, comm: CommMo
     if cpu_executor not in CPU_EXECUTORS:
         raise ValueError(f"cpu_executor {cpu_executor!r}: one of {', '.join(CPU_EXECUTORS)}")
     index = {n: i for i, n in enumerate(analysis.planning.ops)}
-    types = device_types(topology)
+    kinds = device_kinds(topology)
+    types = tuple(t for t, _ in kinds)      # one entry per kind (a type twice at two speeds)
     edges, tensor_refs = _edge_arrays(analysis, index)
     links, link_names = _link_arrays(topology)
     return Prepared(
         num_ops=len(analysis.planning.ops), num_groups=len(analysis.grouping.groups), batch=analysis.batch_size,
-        **_op_facts(analysis), **_op_costs(analysis, index, types, costs), **_op_bytes(analysis, index),
-        **edges, **_fusion_arrays(analysis, tensor_refs), **_device_arrays(topology, types, cpu_executor), **links,
+        **_op_facts(analysis), **_op_costs(analysis, index, kinds, costs), **_op_bytes(analysis, index),
+        **edges, **_fusion_arrays(analysis, tensor_refs), **_device_arrays(topology, kinds, cpu_executor), **links,
         link_names=link_names, tensor_names=tuple(str(r) for r in tensor_refs), device_types=types,
         comm=None if comm is None else _comm_fits(comm, topology.num_devices))
 
@@ -178,19 +185,21 @@ def _op_facts(analysis: Analysis) -> dict[str, Any]:
             "op_flags": flags}
 
 
-def _op_costs(analysis: Analysis, index: dict[str, int], types: tuple[str, ...], costs: OpCosts) -> dict[str, Any]:
-    """op_fixed and op_per_sample ([type * n + op]): a planned op costs the sum of its members."""
+def _op_costs(analysis: Analysis, index: dict[str, int], kinds: tuple[tuple[str, float], ...],
+              costs: OpCosts) -> dict[str, Any]:
+    """op_fixed and op_per_sample ([kind * n + op]): a planned op costs the sum of its members, over
+    the speed of the kind's machines."""
     n = len(index)
-    fixed = np.zeros((len(types), n))
-    per_sample = np.zeros((len(types), n))
+    fixed = np.zeros((len(kinds), n))
+    per_sample = np.zeros((len(kinds), n))
     cost_index = costs.op_index()
     pairs = [(cost_index[m], index[h]) for m, h in analysis.planning.host.items() if m in cost_index]
     member_rows = np.array([p[0] for p in pairs], dtype=np.int64)
     host_cols = np.array([p[1] for p in pairs], dtype=np.int64)
-    for t, dt in enumerate(types):
+    for t, (dt, speed) in enumerate(kinds):
         d = costs.device_index(dt)
-        np.add.at(fixed[t], host_cols, costs.fixed[d, member_rows])
-        np.add.at(per_sample[t], host_cols, costs.per_sample[d, member_rows])
+        np.add.at(fixed[t], host_cols, costs.fixed[d, member_rows] / speed)
+        np.add.at(per_sample[t], host_cols, costs.per_sample[d, member_rows] / speed)
     return {"op_fixed": np.ascontiguousarray(fixed.reshape(-1)),
             "op_per_sample": np.ascontiguousarray(per_sample.reshape(-1))}
 
@@ -269,15 +278,17 @@ def _fusion_arrays(analysis: Analysis, refs: list[TensorRef]) -> dict[str, Any]:
 
 
 # -- devices and links -----------------------------------------------------------------------------
-def _device_arrays(topology: Topology, types: tuple[str, ...], cpu_executor: str = "per-process") -> dict[str, Any]:
+def _device_arrays(topology: Topology, kinds: tuple[tuple[str, float], ...], cpu_executor: str = "per-process"
+                   ) -> dict[str, Any]:
     """num_devices, num_types, num_hosts and the dev_* and type_* arrays."""
     from tag_tf.topology.gpus import gpu_type
 
     devices = topology.devices
-    type_index = {t: k for k, t in enumerate(types)}
-    gpus = [topology.gpu_type(t) if hasattr(topology, "gpu_type") else gpu_type(t) for t in types]
-    return {"num_devices": len(devices), "num_types": len(types), "num_hosts": topology.num_machines,
-            "dev_type": np.array([type_index[d.type] for d in devices], dtype=np.int32),
+    type_index = {kind: k for k, kind in enumerate(kinds)}
+    gpus = [topology.gpu_type(t) if hasattr(topology, "gpu_type") else gpu_type(t) for t, _ in kinds]
+    return {"num_devices": len(devices), "num_types": len(kinds), "num_hosts": topology.num_machines,
+            "dev_type": np.array([type_index[(d.type, float(topology.machines[d.machine].speed))] for d in devices],
+                                 dtype=np.int32),
             "dev_machine": np.array([d.machine for d in devices], dtype=np.int32),
             "dev_host": np.array([-1 if d.type != "cpu" or cpu_executor == "per-device" else
                                   0 if cpu_executor == "one" else d.machine for d in devices], dtype=np.int32),

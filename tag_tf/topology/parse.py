@@ -19,6 +19,7 @@ File format (YAML shown; JSON is the same structure)::
           - {type: P100, memory: 12GiB}   # memory: optional, default the type's memory
         intra: {link: pcie, bandwidth: 15.75GB/s, latency: 5us}
         nic: 25Gbps                  # optional: this machine's switch port (switch only)
+        speed: 0.5                   # optional: compute speed against its type's numbers (default 1)
     inter:
       switch: 100Gbps                # every machine's port bandwidth (unless its nic says otherwise)
       latency: 25us                  # optional, default 25 us
@@ -58,7 +59,7 @@ from tag_tf.topology.units import (BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS, Unit
 DEFAULT_LINK_BANDWIDTH = {"nvlink": 50e9, "pcie": 15.75e9, "local": 100e9}   # bytes/s
 
 _TOP_KEYS = ("name", "description", "units", "machines", "inter", "gpu_types")
-_MACHINE_KEYS = ("name", "gpus", "intra", "nic", "replicas")
+_MACHINE_KEYS = ("name", "gpus", "intra", "nic", "replicas", "speed")
 _GPU_KEYS = ("type", "count", "memory")
 _INTRA_KEYS = ("link", "bandwidth", "latency")
 _INTER_KEYS = ("switch", "matrix", "latency")
@@ -226,8 +227,11 @@ class _Reader:
         link, bw, latency = self.intra(m.get("intra", "pcie"), f"{field}.intra")
         nic = self.bandwidth(m["nic"], f"{field}.nic") if m.get("nic") is not None else None
         replicas = self.positive_int(m.get("replicas", 1), f"{field}.replicas")
+        speed = m.get("speed", 1.0)
+        if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not speed > 0:
+            self.fail(f"{field}.speed", f"expected a positive number, got {speed!r}")
         names = [name] if "replicas" not in m else [f"{name}-{k}" for k in range(replicas)]
-        return [Machine(n, gpus, bw, link, nic, latency) for n in names]
+        return [Machine(n, gpus, bw, link, nic, latency, float(speed)) for n in names]
 
     def gpus(self, value: Any, field: str) -> tuple[GpuSpec, ...]:
         items = value if isinstance(value, list) else [value]

@@ -76,6 +76,9 @@ class Machine:
     intra_link: str = "pcie"         # "nvlink" | "pcie" | "local"
     nic_bandwidth: float | None = None    # this machine's switch port, bytes/s (switch only)
     intra_latency: float | None = None    # seconds; None = DEFAULT_INTRA_LATENCY[intra_link]
+    # Compute speed of its devices against their type's numbers (discovery measures it for CPU
+    # tasks: a task on a quarter of a core is 0.25 of the fastest): op times are divided by it.
+    speed: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", tuple(self.gpus))
@@ -97,6 +100,8 @@ class Machine:
                                 f"got {self.intra_link!r}")
         if self.nic_bandwidth is not None:
             _check_bw(self.nic_bandwidth, f"{where}: nic")
+        if isinstance(self.speed, bool) or not isinstance(self.speed, (int, float)) or not 0 < self.speed < 1e6:
+            raise TopologyError(f"{where}: speed: must be a positive number, got {self.speed!r}")
         if self.intra_latency is not None:
             _check_latency(self.intra_latency, f"{where}: intra.latency")
 
@@ -342,6 +347,8 @@ class Topology:
             md: dict = {"name": m.name, "gpus": gpus, "intra": intra}
             if m.nic_bandwidth is not None:
                 md["nic"] = m.nic_bandwidth
+            if m.speed != 1.0:
+                md["speed"] = m.speed
             machines.append(md)
         inter: dict = {"latency": self.inter_latency}
         if isinstance(self.inter_bandwidth, tuple):
@@ -374,6 +381,7 @@ class Topology:
                               f"({format_bytes(next(g.memory_bytes for g in m.gpus if g.type == t))})"
                               for t in dict.fromkeys(g.type for g in m.gpus))
             nic = f", nic {format_bandwidth(m.nic_bandwidth)}" if m.nic_bandwidth else ""
+            nic += f", speed {m.speed:.3g}x" if m.speed != 1.0 else ""
             lines.append(f"  machine {mi} {m.name!r}: {kinds}; devices {_span(ids)}; "
                          f"{m.intra_link} {format_bandwidth(m.intra_bandwidth)}, "
                          f"latency {format_time(m.latency)}{nic}")

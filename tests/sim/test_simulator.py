@@ -233,3 +233,21 @@ def test_dp_nccl_waits_for_the_backward_pass_and_horovod_overlaps():
     t_overlapped = sim.simulate(dataclasses.replace(dp, sync_after_backward=False)).iteration_time_s
     t_hvd = sim.simulate(baseline("horovod", sim.num_groups, topo)).iteration_time_s
     assert t_overlapped < t_dp and t_hvd < 0.95 * t_dp
+
+
+def test_a_machine_of_measured_speed_runs_its_ops_that_much_slower():
+    """Two CPU machines, one at a third of the other's measured speed (an emulated quota): its ops
+    take three times as long, dp-p gives it a third of the fast one's share, and that beats dp."""
+    _, a = analysis_of("mlp")
+    topo = topology([{"name": "fast", "gpus": "cpu"}, {"name": "slow", "gpus": "cpu", "speed": 1 / 3}])
+    assert load_topology(topo.to_dict()) == topo and "speed 0.333x" in topo.describe()
+    costs = flat_costs(a, device_types(topo), fixed=1e-4, per_sample=1e-5)
+    sim = Simulator(a, topo, costs=costs)
+    on_fast = sim.simulate(Strategy.uniform(sim.num_groups, (0,), Option.ALLREDUCE)).iteration_time_s
+    on_slow = sim.simulate(Strategy.uniform(sim.num_groups, (1,), Option.ALLREDUCE)).iteration_time_s
+    assert on_slow == pytest.approx(3 * on_fast, rel=1e-6)
+    dp_p = baseline("dp-p", sim.num_groups, topo)
+    assert dp_p.shares[0] == pytest.approx(3 * dp_p.shares[1])
+    assert sim.simulate(dp_p).iteration_time_s < sim.simulate(baseline("dp", sim.num_groups, topo)).iteration_time_s
+    with pytest.raises(Exception, match="speed"):
+        topology([{"name": "m", "gpus": "cpu", "speed": 0}])

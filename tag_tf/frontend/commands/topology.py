@@ -44,10 +44,7 @@ def _show(args: argparse.Namespace) -> int:
     else:
         print(render(topo))
         if report is not None:
-            links = report["links"]
-            how = "from the cache " + report["cache"] if report["cached"] else "measured now"
-            print("" if links is None else f"\nlinks: {format_bandwidth(links['bandwidth'])}, "
-                  f"{links['latency'] * 1e6:.0f} us latency ({how})")
+            print(render_discovery(topo, report))
     return 0
 
 
@@ -107,4 +104,26 @@ def render(topo: Topology) -> str:
     for d in topo.devices:
         lines.append(f"{d.id:>6}  {topo.machines[d.machine].name:<14} {d.index:>5}  {d.type:<12} "
                      f"{format_bytes(d.memory_bytes)}")
+    return "\n".join(lines)
+
+
+def render_discovery(topo: Topology, report: dict) -> str:
+    """Each task's measured compute speed and every measured link of a discovered cluster."""
+    lines = []
+    speeds = report.get("speeds")
+    if speeds:
+        lines += ["", "task  machine        GFLOP/s  speed (measured now, on the task)"]
+        for i, (flops, rel) in enumerate(zip(speeds["flops"], speeds["relative"])):
+            lines.append(f"{i:>4}  {topo.machines[i].name:<14} {flops / 1e9:7.1f}  {rel:.2f}x")
+    links = report.get("links")
+    if links:
+        how = "from the cache " + report["cache"] if report["cached"] else "measured now"
+        lines += ["", f"links ({how}):"]
+        for p in links["pairs"]:
+            a, b = p["tasks"]
+            lines.append(f"  {topo.machines[a].name} <-> {topo.machines[b].name}: {format_bandwidth(p['bandwidth'])}, "
+                         f"{p['latency'] * 1e6:.0f} us latency")
+        shape = "a bandwidth matrix" if isinstance(topo.inter_bandwidth, tuple) else \
+            f"one switch at {format_bandwidth(links['bandwidth'])}"
+        lines.append(f"  planned as {shape}")
     return "\n".join(lines)
