@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -75,8 +76,10 @@ def batches_for(model_name: str, batch: int, count: int, model=None) -> list[dic
     return [model.feed(rng, batch) for _ in range(count)]
 
 
-def train(model_name: str, args: argparse.Namespace, distribute_kwargs: dict | None) -> dict:
-    """One process's TF1 training loop (the chief's, under TF_CONFIG); returns its timings."""
+def train(model_name: str, args: argparse.Namespace, distribute_kwargs: dict | None,
+          inspect: Callable[[Any], dict] | None = None) -> dict:
+    """One process's TF1 training loop (the chief's, under TF_CONFIG); returns its timings (and, with
+    `inspect`, what inspect(the distribute scope) adds once training is done)."""
     import contextlib
 
     import tensorflow as tf
@@ -110,6 +113,8 @@ def train(model_name: str, args: argparse.Namespace, distribute_kwargs: dict | N
         program = d.programs[0]
         row.update(plan=program.plan.strategy.name, strategy=program.plan.strategy.to_dict(),
                    processes=program.target.topology.num_machines, between_graph=bool(program.between))
+        if inspect is not None:
+            row.update(inspect(d))
     return row
 
 

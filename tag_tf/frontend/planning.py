@@ -60,8 +60,11 @@ class Plan:
         name = self.strategy.name or "strategy"
         where = "plan cache hit" if self.cache_hit else (
             f"planned in {self.seconds:.2f} s" if self.request in PLANNED else "given")
-        shares = self.strategy.shares
-        if shares is not None and max(shares) > min(shares) * (1 + 1e-6):
+        used = sorted({d for g in self.strategy.groups for d in g.devices})
+        shares = [self.strategy.shares[d] for d in used] if self.strategy.shares is not None else None
+        if len(used) == 1:
+            where += f"; one device ({used[0]})"
+        elif shares is not None and max(shares) > min(shares) * (1 + 1e-6):
             where += "; batch shares " + "/".join(f"{x / sum(shares):.2f}" for x in shares)
         return f"{name} ({where})"
 
@@ -266,16 +269,41 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
              min(result.baselines.values()) * 1e3, found.simulations, found.seconds)
     strategy = between_graph_choice(result.strategy, result.iteration_time_s, result.baselines, analysis, topology,
                                     drive_s)
+    seconds = result.iteration_time_s
+    alone, alone_s = one_device_plan(sim, analysis, topology)
+    if alone is not None and alone_s < seconds:
+        # The plain program on its fastest device is a plan users always have: never slower than it.
+        log.info("auto plan: one device (%.3g ms simulated) beats the searched plan (%.3g ms)", alone_s * 1e3,
+                 seconds * 1e3)
+        strategy, seconds = alone, alone_s
     devices = {d for g in strategy.groups for d in g.devices}
     if len(devices) == 1 and topology.num_devices > 1:
         (device,) = devices
         known = {n: t for n, t in result.baselines.items() if t is not None and math.isfinite(t)}
         best = min(known, key=lambda n: known[n]) if known else None
         log.warning("tag_tf: auto keeps the model on one device (%s of machine %r): %.3g ms per step simulated%s",
-                    device, topology.machines[topology.devices[device].machine].name, result.iteration_time_s * 1e3,
-                    "" if best is None else f", {known[best] / result.iteration_time_s:.2f}x faster than {best} "
+                    device, topology.machines[topology.devices[device].machine].name, seconds * 1e3,
+                    "" if best is None else f", {known[best] / seconds:.2f}x faster than {best} "
                                             f"({known[best] * 1e3:.3g} ms) on all {topology.num_devices} devices")
     return stamped(strategy, analysis, topology)
+
+
+def one_device_plan(sim: Simulator, analysis: Analysis, topology: Topology) -> tuple[Strategy | None, float]:
+    """The whole model on the device that simulates fastest alone (one per machine and type), and its time."""
+    from tag_tf.strategy import Option
+
+    best: tuple[Strategy | None, float] = (None, math.inf)
+    seen = set()
+    for d in topology.devices:
+        kind = (d.machine, d.type)
+        if kind in seen:
+            continue
+        seen.add(kind)
+        plan = Strategy.uniform(len(analysis.grouping.groups), (d.id,), Option.ALLREDUCE)
+        t = sim.simulate(plan).iteration_time_s
+        if math.isfinite(t) and t < best[1]:
+            best = (plan, t)
+    return best
 
 
 # Baselines that replicate every group on every device with AllReduce (Strategy.whole_replicas).

@@ -1,0 +1,363 @@
+"""TAG for real on emulated heterogeneous clusters, MEASURED: every row a real run (root; CPU).
+
+Each cluster is built with `tag_tf.emulate` on this machine: every host a network namespace behind
+a shaped link (tc) with its own CPU quota (cgroup v1); tasks get their TF_CONFIG. On each cluster,
+for each model (the zoo's, as step_time.py builds them: dynamic batch, SGD with momentum 0.9, the
+same seeded initial values and batches everywhere), side by side in one run:
+
+  plain            the unchanged program on the fastest host alone (no TF_CONFIG)
+  tag-auto         tag_tf.distribute(strategy="auto") on every host: the planner, on the cluster as
+                   discovery measures it (each task's speed, every link)
+  tag-dp, tag-dp-p, tag-horovod, tag-horovod-p   tag_tf's baselines on every host
+  mwms             MultiWorkerMirroredStrategy, equal shards, as its users run it
+  horovod          Horovod (Gloo), equal shards: reported absent unless horovod is installed
+
+Before the rows, the model is profiled on the fastest host (its own quota, as the planner's "cpu"
+op times: discovery's speeds are against the fastest task) into the cluster's profile database.
+A tag_tf row also reports the plan it ran (groups, options, hosts, batch shares), its predicted
+step time (the simulator the planner judged plans with, on the discovered topology; for a plan on
+one device, the plain program's), planning time and first step.
+
+Usage (root): python benchmarks/hetero_real.py [--quick] [--clusters compute,link,mixed]
+                  [--models mlp,cnn,transformer] [--batch 48] [--warmup 5] [--steps 15]
+Writes benchmarks/results/hetero_real.json (--quick: hetero_real_quick.json), the RESULTS.md
+section and benchmarks/results/hetero_real.svg.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from benchmarks.markdown import replace_section  # noqa: E402
+
+CLUSTERS = {
+    # speeds 1 : 0.5 : 0.25, fast links
+    "compute": {"hosts": [{"name": "fast", "cpu": 1.0, "nic": "1Gbps"}, {"name": "half", "cpu": 0.5, "nic": "1Gbps"},
+                          {"name": "quarter", "cpu": 0.25, "nic": "1Gbps"}]},
+    # equal hosts, one behind a slow link
+    "link": {"hosts": [{"name": "a", "cpu": 0.5, "nic": "1Gbps"}, {"name": "b", "cpu": 0.5, "nic": "1Gbps"},
+                       {"name": "far", "cpu": 0.5, "nic": "50Mbps"}]},
+    # both: the slowest host also behind the slow link
+    "mixed": {"hosts": [{"name": "fast", "cpu": 1.0, "nic": "1Gbps"}, {"name": "half", "cpu": 0.5, "nic": "1Gbps"},
+                        {"name": "far", "cpu": 0.25, "nic": "50Mbps"}]},
+}
+# The models as step_time.py builds them, the mlp and the cnn at full size (their dense gradients: 2.1 and
+# 3.2 MB, more than a 50 Mbit/s link moves in a step), the transformer as step_time's (embeddings).
+def _model_kwargs() -> dict[str, dict]:
+    from benchmarks.step_time import COMMON, MODEL_KWARGS
+
+    return {"mlp": dict(COMMON, tiny=False), "cnn": dict(COMMON, tiny=False), "transformer": MODEL_KWARGS["transformer"]}
+
+
+TAG_ROWS = ("tag-auto", "tag-dp", "tag-dp-p", "tag-horovod", "tag-horovod-p")
+ROWS = ("plain", *TAG_ROWS, "mwms", "horovod")
+PROFILE_SIZES = (8, 16, 32)
+ROW_MARK = "HETERO_ROW "
+TIMEOUT_S = 600
+BEGIN, END = "<!-- hetero_real:begin -->", "<!-- hetero_real:end -->"
+
+
+# -- one row's process (on an emulated host) -------------------------------------------------------
+def child(args: argparse.Namespace) -> dict:
+    from benchmarks import step_time
+
+    step_time.MODEL_KWARGS.update(_model_kwargs())      # every builder below reads the sizes from there
+
+    if args.run == "profile":
+        return profile(args)
+    if args.run == "mwms":
+        from benchmarks import peers
+
+        batches = step_time.batches_for(args.model, args.batch, args.warmup + args.steps)
+        return peers.run_tf2("mwms-2proc", args.model, step_time.model_kwargs(args.model), batches, args.warmup)
+    if args.run == "plain":
+        return step_time.train(args.model, args, None)
+    return step_time.train(args.model, args, dict(strategy=args.run[len("tag-"):]), inspect=describe_run)
+
+
+def profile(args: argparse.Namespace) -> dict:
+    """The model's op profile on this host (the fastest), stored as the "cpu" type's."""
+    import dataclasses
+
+    from benchmarks import step_time
+    from tag_tf.frontend.loading import model_ir
+    from tag_tf.measure.ops import profile_model
+    from tag_tf.models import build_model
+    from tag_tf.profile.db import ProfileDB, default_db_path
+
+    kwargs = dict(step_time.model_kwargs(args.model))
+    fingerprint = model_ir(build_model(args.model, **kwargs)).fingerprint
+    tiny, dynamic = kwargs.pop("tiny", False), kwargs.pop("dynamic_batch", False)
+    start = time.perf_counter()
+    prof = profile_model(args.model, PROFILE_SIZES, repeats=5, warmup=2, tiny=tiny, dynamic_batch=dynamic,
+                         inter_op_threads=None, **kwargs)
+    ProfileDB(default_db_path()).put_op_profile(dataclasses.replace(prof, fingerprint=fingerprint), fingerprint,
+                                                "cpu", list(PROFILE_SIZES))
+    return {"profiled_s": time.perf_counter() - start, "fingerprint": fingerprint}
+
+
+def describe_run(d) -> dict:
+    """What a tag_tf run (`d`, its distribute scope) planned and ran: the plan (hosts, options,
+    shares), its predicted step (the simulator the planner judges plans with, on the discovered
+    topology, with the profile database's op times), planning time."""
+    from tag_tf.context import default_cache_dir
+    from tag_tf.frontend.planning import simulator, stored_costs_for
+
+    program = d.programs[0]
+    plan, topo, analysis = program.plan, program.target.topology, program.analysis
+    strategy = plan.strategy
+    hosts = sorted(strategy.machines(topo))
+    devices = sorted({dv for g in strategy.groups for dv in g.devices})
+    costs = stored_costs_for(analysis, topo, os.path.join(default_cache_dir(), "profiles"))
+    sim = simulator(analysis, topo, "default", costs)
+    predicted = sim.simulate(strategy).iteration_time_s
+    shares = None if strategy.shares is None else [strategy.shares[dv] for dv in devices]
+    options = sorted({g.option.name.lower() for g in strategy.groups})
+    return {"plan": {"name": strategy.name, "groups": len(strategy.groups), "options": options,
+                     "hosts": [topo.machines[h].name for h in hosts], "devices": devices,
+                     "whole_replicas": bool(strategy.whole_replicas), "sfb": len(strategy.sfb),
+                     "shares": None if shares is None else [round(x / sum(shares), 3) for x in shares],   # of `devices`
+                     "one_device": len(devices) == 1},
+            "predicted_ms": predicted * 1e3, "planned_s": plan.seconds, "cache_hit": plan.cache_hit,
+            "profiled_costs": sorted(costs.files), "topology": topo.to_dict()}
+
+
+# -- the launcher (root) ----------------------------------------------------------------------------
+def _argv(run: str, model: str, args: argparse.Namespace) -> list[str]:
+    return [sys.executable, os.path.abspath(__file__), "--run", run, "--model", model, "--batch", str(args.batch),
+            "--warmup", str(args.warmup), "--steps", str(args.steps)]
+
+
+def _rows_of(lines: list[str]) -> dict[str, dict]:
+    """Host name -> the JSON row it printed."""
+    out = {}
+    for line in lines:
+        host, _, text = line.partition("] ")
+        if text.startswith(ROW_MARK):
+            out[host.lstrip("[").strip()] = json.loads(text[len(ROW_MARK):])
+    return out
+
+
+def _tail(lines: list[str], n: int = 3) -> str:
+    return " | ".join(line for line in lines[-n:])
+
+
+def run_row(emu, row: str, model: str, args: argparse.Namespace, env: dict) -> dict:
+    names = [h.name for h in emu.cluster.hosts]
+    lines: list[str] = []
+    if row in ("plain", "profile"):           # the fastest host alone, no TF_CONFIG
+        p = emu.spawn(0, _argv(row, model, args), env=env, tf_config=False)
+        try:
+            out, _ = p.communicate(timeout=TIMEOUT_S)
+        except Exception:
+            p.kill()
+            return {"error": f"{row} did not finish in {TIMEOUT_S} s"}
+        lines = [f"[{names[0]}] {line}" for line in out.splitlines()]
+        found = _rows_of(lines)
+        return found.get(names[0]) or {"error": f"{row} exited {p.returncode}: {_tail(lines)}"}
+    if row == "horovod":
+        try:
+            import horovod  # noqa: F401
+        except ImportError:
+            return {"absent": "horovod is not installed (README: the optional Horovod build line)"}
+        return {"absent": "Horovod across emulated hosts needs its Gloo rendezvous started per host: not wired yet"}
+    code = emu.run_everywhere(_argv(row, model, args), timeout_s=TIMEOUT_S, env=env, out=lines.append)
+    found = _rows_of(lines)
+    if code != 0 or names[0] not in found:
+        return {"error": f"{row} exited {code}: {_tail(lines)}"}
+    result = dict(found[names[0]])
+    if row == "mwms":        # each task reports the mean loss of its shard (equal shards): the mean of those
+        result["first_loss"] = statistics.mean(r["first_loss"] for r in found.values())
+        result["last_loss"] = statistics.mean(r["last_loss"] for r in found.values())
+    result["log"] = [line for line in lines if "tag_tf:" in line and line.startswith(f"[{names[0]}")][:8]
+    return result
+
+
+def measure_cluster(name: str, args: argparse.Namespace) -> dict:
+    from tag_tf.emulate import load_cluster
+    from tag_tf.emulate.cluster import Emulation
+
+    cluster = load_cluster(dict(CLUSTERS[name], name=name))
+    out: dict = {"cluster": cluster.to_dict(), "models": {}}
+    with Emulation(cluster) as emu:
+        measured = emu.measure(seconds_per_link=0.3)
+        out["measured"], out["cpusets"] = measured.to_dict(), emu.cpusets
+        print(f"== cluster {name}\n{measured.render()}", flush=True)
+        for model in args.models.split(","):
+            cache = tempfile.mkdtemp(prefix=f"tag_tf_hetero_{name}_{model}_")
+            env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+            env.update(TAG_TF_CACHE_DIR=cache, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+            rows: dict = {"profile": run_row(emu, "profile", model, args, env)}
+            for row in ROWS:
+                rows[row] = run_row(emu, row, model, args, env)
+                r = rows[row]
+                shown = (f"{r['median_ms']:8.1f} ms  first step {r['first_step_s']:.1f} s  loss {r['first_loss']:.5f}"
+                         f" -> {r['last_loss']:.5f}" if "median_ms" in r else r.get("error") or r.get("absent"))
+                if "predicted_ms" in r:
+                    shown += f"  predicted {r['predicted_ms']:.1f} ms, plan {r['plan']['hosts']} {r['plan']['shares']}"
+                print(f"{name:8s} {model:12s} {row:14s} {shown}", flush=True)
+            out["models"][model] = rows
+    return out
+
+
+# -- figures --------------------------------------------------------------------------------------
+def verdicts(data: dict) -> dict:
+    """Per cluster and model: auto against every tag_tf baseline and the plain run, against the
+    faster peer, and the predictions' error and order."""
+    out: dict = {}
+    pairs = []
+    for cname, c in data["clusters"].items():
+        for model, rows in c["models"].items():
+            t = {k: r["median_ms"] for k, r in rows.items() if isinstance(r, dict) and "median_ms" in r}
+            if "tag-auto" not in t:
+                continue
+            baselines = {k: t[k] for k in ("plain", *TAG_ROWS[1:]) if k in t}
+            peers = {k: t[k] for k in ("mwms", "horovod") if k in t}
+            best_base = min(baselines, key=baselines.get) if baselines else None
+            v = {"auto_ms": t["tag-auto"], "best_baseline": best_base,
+                 "auto_over_best_baseline": t["tag-auto"] / baselines[best_base] if best_base else None,
+                 "auto_over_faster_peer": t["tag-auto"] / min(peers.values()) if peers else None,
+                 "auto_plan": rows["tag-auto"].get("plan")}
+            predicted = {k: rows[k]["predicted_ms"] for k in TAG_ROWS if k in t and "predicted_ms" in rows[k]}
+            if predicted:
+                errors = [abs(predicted[k] - t[k]) / t[k] for k in predicted]
+                v["mape"] = statistics.mean(errors)
+                v["spearman"] = _spearman([predicted[k] for k in predicted], [t[k] for k in predicted])
+                pairs += [(predicted[k], t[k]) for k in predicted]
+            plain_loss = rows.get("plain", {}).get("last_loss")
+            if plain_loss is not None:
+                v["max_last_loss_diff"] = max(abs(r["last_loss"] - plain_loss) for k, r in rows.items()
+                                              if isinstance(r, dict) and "last_loss" in r and k != "profile")
+            out[f"{cname}/{model}"] = v
+    if pairs:
+        out["all"] = {"mape": statistics.mean(abs(p - m) / m for p, m in pairs)}
+    return out
+
+
+def _spearman(a: list[float], b: list[float]) -> float | None:
+    if len(a) < 3:
+        return None
+
+    def ranks(x: list[float]) -> list[float]:
+        order = sorted(range(len(x)), key=lambda i: x[i])
+        r = [0.0] * len(x)
+        for rank, i in enumerate(order):
+            r[i] = float(rank)
+        return r
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    return 1.0 - 6.0 * sum((x - y) ** 2 for x, y in zip(ra, rb)) / (n * (n * n - 1))
+
+
+def render(data: dict) -> str:
+    lines = [f"Measured {data['date']} on {data['machine']} ({data['cores']} cores), code {data['commit']}; "
+             f"batch {data['batch']}, median of {data['steps']} steps after {data['warmup']}. Every row a real run "
+             f"on an emulated cluster (namespaces, tc, cgroup CPU quotas; `tag_tf.emulate`); predictions SIMULATED.", ""]
+    for cname, c in data["clusters"].items():
+        hosts = ", ".join(f"{h['name']} {h['cpu_speed']:.2f}x" for h in c["measured"]["hosts"])
+        links = sorted({f"{lk['bandwidth_bps'] / 1e6:.0f}" for lk in c["measured"]["links"]}, key=float)
+        lines += [f"**{cname}** — measured host speeds {hosts}; links {'/'.join(links)} Mbit/s", "",
+                  "| model | " + " | ".join(ROWS) + " | auto's plan (hosts, shares) | auto predicted |",
+                  "|---|" + "---|" * (len(ROWS) + 2)]
+        for model, rows in c["models"].items():
+            cells = []
+            for row in ROWS:
+                r = rows.get(row, {})
+                cells.append(f"{r['median_ms']:.1f}" if "median_ms" in r else ("absent" if "absent" in r else "error"))
+            auto = rows.get("tag-auto", {})
+            plan = auto.get("plan") or {}
+            desc = (f"{'+'.join(plan.get('hosts', []))} {plan.get('options')} "
+                    f"{'/'.join(str(s) for s in plan.get('shares') or []) or 'even'}"
+                    + (" (one device)" if plan.get("one_device") else "")) if plan else "-"
+            pred = f"{auto['predicted_ms']:.1f}" if "predicted_ms" in auto else "-"
+            lines.append(f"| {model} | " + " | ".join(cells) + f" | {desc} | {pred} |")
+        lines.append("")
+    v = data["verdicts"]
+    lines += ["| cluster/model | auto / best of baselines and plain | best | auto / faster peer | MAPE | Spearman | "
+              "largest last-loss difference |", "|---|---|---|---|---|---|---|"]
+    for key, x in v.items():
+        if key == "all":
+            continue
+
+        def f(value: float | None, fmt: str = ".2f") -> str:
+            return "-" if value is None else format(value, fmt)
+        lines.append(f"| {key} | {f(x.get('auto_over_best_baseline'))}x | {x.get('best_baseline')} | "
+                     f"{f(x.get('auto_over_faster_peer'))}x | {f(x.get('mape'), '.1%')} | {f(x.get('spearman'))} | "
+                     f"{f(x.get('max_last_loss_diff'), '.2e')} |")
+    if "all" in v:
+        lines += ["", f"Every tag_tf row's prediction against its measured step: MAPE {v['all']['mape']:.1%}."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(data: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [(c, m) for c, cd in data["clusters"].items() for m in cd["models"]]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(keys)), 4))
+    width = 0.8 / len(ROWS)
+    for k, row in enumerate(ROWS):
+        values = [data["clusters"][c]["models"][m].get(row, {}).get("median_ms", 0.0) for c, m in keys]
+        ax.bar([i + k * width for i in range(len(keys))], values, width, label=row)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(keys))])
+    ax.set_xticklabels([f"{c}\n{m}" for c, m in keys])
+    ax.set_ylabel("median step, ms (measured)")
+    ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path)     # SVG: text, no binary in the repository
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clusters", default=",".join(CLUSTERS))
+    ap.add_argument("--models", default="mlp,cnn,transformer")
+    ap.add_argument("--batch", type=int, default=48,
+                    help="global batch (default 48: MultiWorkerMirroredStrategy's equal shards over 3 hosts)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--quick", action="store_true", help="the compute cluster, cnn, 2 + 5 steps")
+    ap.add_argument("--out", help="the JSON (default benchmarks/results/hetero_real[_quick].json)")
+    ap.add_argument("--markdown", default=os.path.join(ROOT, "benchmarks", "RESULTS.md"))
+    ap.add_argument("--run", help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.run:
+        args.breakdown = False
+        print(ROW_MARK + json.dumps(child(args)), flush=True)
+        return
+    # Stopped (SIGTERM, SIGHUP): unwind, so every emulated cluster is removed on the way out.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, frame: sys.exit(128 + signum))
+    if args.quick:
+        args.clusters, args.models, args.warmup, args.steps, args.batch = "compute", "cnn", 2, 5, 24
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    data = {"measured": True, "date": time.strftime("%Y-%m-%d"), "commit": commit,
+            "machine": platform.processor() or platform.machine(), "cores": os.cpu_count(), "batch": args.batch,
+            "warmup": args.warmup, "steps": args.steps, "clusters": {}}
+    for name in args.clusters.split(","):
+        data["clusters"][name] = measure_cluster(name, args)
+    data["verdicts"] = verdicts(data)
+    print(json.dumps(data["verdicts"], indent=1))
+    name = "hetero_real_quick" if args.quick else "hetero_real"
+    path = args.out or os.path.join(ROOT, "benchmarks", "results", f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    if not args.quick:
+        plot(data, os.path.join(ROOT, "benchmarks", "results", "hetero_real.svg"))
+        if args.markdown:
+            replace_section(args.markdown, BEGIN, END, render(data))
+
+if __name__ == "__main__":
+    main()
