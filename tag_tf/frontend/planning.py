@@ -269,17 +269,18 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
              min(result.baselines.values()) * 1e3, found.simulations, found.seconds)
     strategy = between_graph_choice(result.strategy, result.iteration_time_s, result.baselines, analysis, topology,
                                     drive_s)
-    seconds = result.iteration_time_s
+    seconds = result.iteration_time_s if strategy is result.strategy else sim.simulate(strategy).iteration_time_s
     alone, alone_s = one_device_plan(sim, analysis, topology)
     if alone is not None and alone_s < seconds:
         # The plain program on its fastest device is a plan users always have: never slower than it.
-        log.info("auto plan: one device (%.3g ms simulated) beats the searched plan (%.3g ms)", alone_s * 1e3,
+        log.info("auto plan: one device (%.3g ms simulated) beats the plan chosen so far (%.3g ms)", alone_s * 1e3,
                  seconds * 1e3)
         strategy, seconds = alone, alone_s
     devices = {d for g in strategy.groups for d in g.devices}
     if len(devices) == 1 and topology.num_devices > 1:
         (device,) = devices
-        known = {n: t for n, t in result.baselines.items() if t is not None and math.isfinite(t)}
+        known = {n: t for n, t in result.baselines.items()           # data parallelism over every device
+                 if n in WHOLE_REPLICA_BASELINES and t is not None and math.isfinite(t)}
         best = min(known, key=lambda n: known[n]) if known else None
         log.warning("tag_tf: auto keeps the model on one device (%s of machine %r): %.3g ms per step simulated%s",
                     device, topology.machines[topology.devices[device].machine].name, seconds * 1e3,
