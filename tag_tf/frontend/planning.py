@@ -271,8 +271,10 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
                                     drive_s)
     seconds = result.iteration_time_s if strategy is result.strategy else sim.simulate(strategy).iteration_time_s
     alone, alone_s = one_device_plan(sim, analysis, topology)
-    if alone is not None and alone_s < seconds:
+    if alone is not None and (alone_s < seconds or (alone_s <= seconds and 0 not in strategy.machines(topology))):
         # The plain program on its fastest device is a plan users always have: never slower than it.
+        # On a tie, the first machine's (the chief's, where the feeds are: a plan on another machine
+        # only, equal in simulation, moves every batch over the network to it).
         log.info("auto plan: one device (%.3g ms simulated) beats the plan chosen so far (%.3g ms)", alone_s * 1e3,
                  seconds * 1e3)
         strategy, seconds = alone, alone_s
@@ -290,7 +292,8 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
 
 
 def one_device_plan(sim: Simulator, analysis: Analysis, topology: Topology) -> tuple[Strategy | None, float]:
-    """The whole model on the device that simulates fastest alone (one per machine and type), and its time."""
+    """The whole model on the device that simulates fastest alone (one per machine and type; the first
+    such device on a tie), and its time."""
     from tag_tf.strategy import Option
 
     best: tuple[Strategy | None, float] = (None, math.inf)

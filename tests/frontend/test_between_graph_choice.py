@@ -90,3 +90,25 @@ def test_no_driving_cost_where_no_plan_of_the_graph_can_run_between_graph():
     with_iterator = SimpleNamespace(graph=[*analysis.graph, SimpleNamespace(type="IteratorGetNext")])
     assert _drive_cost(target, with_iterator) == 0.0
     assert _drive_cost(SimpleNamespace(drive_s=0.0), analysis) == 0.0
+
+
+def test_on_unequal_cpu_tasks_auto_searches_and_keeps_a_small_model_on_the_chiefs_host(caplog):
+    """Tasks of measured unequal speeds are searched (no whole-replica short-cut). A model this
+    small runs fastest alone: auto keeps it on one device, says so, and on a tie between equally
+    fast hosts takes the chief's (task 0: where the batches are fed; on another host every batch
+    crosses the network, which the simulator does not charge)."""
+    import logging
+
+    from tag_tf.frontend.planning import one_device_plan, simulator
+
+    _, a = analysis_of("mlp")
+    unequal = load_topology({"name": "hetero", "machines": [
+        {"name": "t0", "gpus": "1x cpu", "intra": "local"}, {"name": "t1", "gpus": "1x cpu", "intra": "local"},
+        {"name": "t2", "gpus": "1x cpu", "intra": "local", "speed": 0.25}], "inter": {"switch": "50Mbps", "latency": "60us"}})
+    alone, seconds = one_device_plan(simulator(a, unequal), a, unequal)
+    assert {d for g in alone.groups for d in g.devices} == {0}                  # t0 and t1 tie: t0
+    with caplog.at_level(logging.INFO, logger="tag_tf.planning"):
+        chosen = choose_auto(a, unequal, budget_s=3, sfb=False, drive_s=3e-4)
+    assert {d for g in chosen.groups for d in g.devices} == {0}
+    assert "auto keeps the model on one device (0 of machine 't0')" in caplog.text
+    assert "every task drives its own part of each step; on CPU devices only whole replicas" not in caplog.text
