@@ -20,8 +20,8 @@ one device, the plain program's), planning time and first step.
 
 Usage (root): python benchmarks/hetero_real.py [--quick] [--clusters compute,link,mixed]
                   [--models mlp,cnn,transformer] [--batch 48] [--warmup 5] [--steps 15]
-Writes benchmarks/results/hetero_real.json (--quick: hetero_real_quick.json), the RESULTS.md
-section and benchmarks/results/hetero_real.svg.
+Writes benchmarks/results/hetero_real.json (--quick: hetero_real_quick.json; --out: that file), the
+RESULTS.md section (--markdown '' skips it) and the plot beside the JSON (hetero_real.svg).
 """
 from __future__ import annotations
 
@@ -355,7 +355,7 @@ def main() -> None:
     with open(path, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
     if not args.quick:
-        plot(data, os.path.join(ROOT, "benchmarks", "results", "hetero_real.svg"))
+        plot(data, os.path.splitext(path)[0] + ".svg")
         if args.markdown:
             replace_section(args.markdown, BEGIN, END, render(data))
 
