@@ -31,6 +31,7 @@ import os
 import platform
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -158,8 +159,8 @@ def run_row(emu, row: str, model: str, args: argparse.Namespace, env: dict) -> d
         p = emu.spawn(0, _argv(row, model, args), env=env, tf_config=False)
         try:
             out, _ = p.communicate(timeout=TIMEOUT_S)
-        except Exception:
-            p.kill()
+        except subprocess.TimeoutExpired:
+            p.kill()          # the host process itself (the wrappers exec it); the rest goes with the cluster
             return {"error": f"{row} did not finish in {TIMEOUT_S} s"}
         lines = [f"[{names[0]}] {line}" for line in out.splitlines()]
         found = _rows_of(lines)
@@ -340,8 +341,6 @@ def main() -> None:
         signal.signal(sig, lambda signum, frame: sys.exit(128 + signum))
     if args.quick:
         args.clusters, args.models, args.warmup, args.steps, args.batch = "compute", "cnn", 2, 5, 24
-    import subprocess
-
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     data = {"measured": True, "date": time.strftime("%Y-%m-%d"), "commit": commit,
             "machine": platform.processor() or platform.machine(), "cores": os.cpu_count(), "batch": args.batch,

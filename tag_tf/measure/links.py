@@ -156,7 +156,7 @@ def relative_speeds(flops: Sequence[float]) -> list[float]:
 def link_matrix(links: dict, n: int) -> list[list[float]] | None:
     """The pairs' bandwidths as a symmetric matrix (bytes/s), or None where one switch describes them."""
     bws = [float(p["bandwidth"]) for p in links["pairs"]]
-    if len(bws) < 1 or max(bws) <= (1.0 + SAME_BANDWIDTH) * min(bws) or len(links["pairs"]) < n * (n - 1) // 2:
+    if not bws or max(bws) <= (1.0 + SAME_BANDWIDTH) * min(bws) or len(links["pairs"]) < n * (n - 1) // 2:
         return None
     matrix = [[0.0] * n for _ in range(n)]
     for p in links["pairs"]:
