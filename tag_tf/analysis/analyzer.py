@@ -16,7 +16,7 @@ from tag_tf.analysis import annotate as ann_mod
 from tag_tf.analysis.batch_dims import SUBSTITUTIONS, BatchDims, compare, substitute_batch
 from tag_tf.analysis.grouping import Grouping, colocation_pairs, group_ops
 from tag_tf.analysis.simplify import PlanningGraph, simplify, training_ops
-from tag_tf.analysis.states import OpAnnotation
+from tag_tf.analysis.states import Kind, OpAnnotation
 from tag_tf.context import PassContext
 from tag_tf.errors import GraphError
 from tag_tf.ir import Graph, TensorInfo, TensorRef, from_graph_def
@@ -119,6 +119,29 @@ def second_batch_size(b1: int) -> int:
     return b1 + 3 if b1 > 1 else 5
 
 
+def _unequal_batches(graph: Graph, error: GraphError) -> GraphError:
+    """The error for a dynamic-batch graph that does not type-check once all its batch inputs get
+    one batch size: its feeds have batch sizes in some other relation (a GAN's discriminator reads
+    real and generated samples concatenated, labelled by one feed of twice the size)."""
+    import re
+
+    feeds = list(graph.meta.feeds)
+    found = re.search(r"\{\{node ([^}]+)\}\}", str(error))
+    if found and found.group(1) in graph:
+        upstream = graph.ancestors([found.group(1)])
+        feeds = [f for f in feeds if TensorRef.parse(f).op in upstream] or feeds
+    where = f" at op {found.group(1)!r}" if found else ""
+    if len(feeds) < 2:
+        return error
+    names = ", ".join(repr(f) for f in feeds)
+    return GraphError(f"batch inputs {names} do not share one batch size: given the same batch size, the graph "
+                      f"does not type-check{where} ({str(error).removeprefix('shape inference failed: ')}); "
+                      f"tag_tf splits every batch input of a step into the same shares, so feeds whose batch sizes "
+                      f"differ (labels for real and generated samples concatenated, 64 images with 32 labels) "
+                      f"cannot be split consistently: feed them with one batch size (concatenate before feeding), "
+                      f"or train this graph undistributed (fallback='single')")
+
+
 def batch_variants(graph: Graph, batch_size: int | None = None,
                    rebuild: Callable[[int], Graph] | None = None) -> tuple[Graph, Graph, int, int]:
     """The graph with static shapes at the planning batch size b1 and at a second size b2.
@@ -144,11 +167,18 @@ def batch_variants(graph: Graph, batch_size: int | None = None,
     kwargs = dict(train_op=graph.meta.train_op, loss=graph.meta.loss, inputs=graph.meta.feeds)
     if static_b is None:
         gd = graph.to_graph_def()
-        g1 = from_graph_def(gd, input_shapes=input_shapes(b1), **kwargs)
-        g2 = from_graph_def(gd, input_shapes=input_shapes(b2), **kwargs)
+        try:
+            g1 = from_graph_def(gd, input_shapes=input_shapes(b1), **kwargs)
+            g2 = from_graph_def(gd, input_shapes=input_shapes(b2), **kwargs)
+        except GraphError as e:
+            raise _unequal_batches(graph, e) from None
         unknown = sorted(_unknown_shapes(g1) | _unknown_shapes(g2))
-        # v1 control flow cannot be fetched from inside its frames (and is refused before compiling).
-        if unknown and not any(op.type in opsets.CONTROL_FLOW_OPS for op in g1):
+        # TF1 control flow cannot be fetched inside its frames or on a cond's branches (they run whole:
+        # annotate.v1_control_flow); what comes out of a loop's Exit or a cond's Merge can.
+        if any(op.type in opsets.CONTROL_FLOW_OPS for op in g1):
+            hidden = ann_mod.unfetchable(g1)
+            unknown = [t for t in unknown if TensorRef.parse(t).op not in hidden]
+        if unknown:
             # Shape inference stops at functional control flow (dynamic_rnn's While): without the
             # batch dims of its outputs, a whole-batch value would reach split consumers unsplit.
             try:
@@ -192,10 +222,8 @@ _VALUE_SIZED = frozenset({"Unique", "UniqueV2", "UniqueWithCounts", "DynamicPart
                           "StringSplit", "StringSplitV2", "RaggedTensorToTensor", "DenseToSparseSetOperation"})
 
 
-def _unknown_shapes(graph: Graph) -> set[str]:
-    """Data tensors of the training subgraph whose static shape has an unknown dim or rank, except
-    what is computed from _VALUE_SIZED ops (sparse feature columns, partitioned lookups: their
-    sizes follow the values, and the rules treat their unknown shapes conservatively)."""
+def _value_sized(graph: Graph) -> set[str]:
+    """Ops computed from a _VALUE_SIZED op (data edges)."""
     value_sized: set[str] = set()
     stack = [op.name for op in graph if op.type in _VALUE_SIZED]
     while stack:
@@ -203,6 +231,42 @@ def _unknown_shapes(graph: Graph) -> set[str]:
         if name not in value_sized:
             value_sized.add(name)
             stack.extend(graph.op_consumers(name))
+    return value_sized
+
+
+def unsized_batch_meetings(a: "Analysis") -> list[tuple[str, str, str]]:
+    """Where a value computed from sparse or value-sized ops (a feature column's weighted sum, a
+    partitioned lookup), whose size along the batch axis tag_tf cannot infer (it is computed whole),
+    meets a batch tensor in a broadcasting op whose gradient compares the two inputs' shapes
+    (BroadcastGradientArgs): each replica would compare the whole value's shape with its shard's
+    and fail at run time. Returns (op, the unsized input, the batch input) per such op."""
+    g = a.graph_b1
+    value_sized = _value_sized(g)
+    out = []
+    for op in g:
+        if op.type != "BroadcastGradientArgs" or op.name not in a.annotations or len(op.inputs) != 2:
+            continue
+        shapes = [g.op(r.op) for r in op.inputs]
+        if any(s.type != "Shape" or s.name not in a.annotations for s in shapes):
+            continue
+        kinds = [a.annotations[s.name].outputs[0].kind for s in shapes]
+        sources = [s.inputs[0] for s in shapes]
+        for whole, local in ((0, 1), (1, 0)):
+            src = sources[whole]
+            if (kinds[whole] is Kind.FULL and kinds[local] is Kind.LOCAL and src.op in value_sized
+                    and g.tensor(src).shape and g.tensor(src).shape[0] < 0):
+                users = [c for c, _ in g.consumers(src) if not opsets.is_gradient_op(c, g.op(c).type)]
+                meets = [c for c in users if any(r == sources[local] for r in g.op(c).inputs)]
+                out.append((meets[0] if meets else op.name, src.name, sources[local].name))
+                break
+    return out
+
+
+def _unknown_shapes(graph: Graph) -> set[str]:
+    """Data tensors of the training subgraph whose static shape has an unknown dim or rank, except
+    what is computed from _VALUE_SIZED ops (sparse feature columns, partitioned lookups: their
+    sizes follow the values, and the rules treat their unknown shapes conservatively)."""
+    value_sized = _value_sized(graph)
     out = set()
     for name in training_ops(graph) - value_sized:
         for i, t in enumerate(graph.op(name).outputs):

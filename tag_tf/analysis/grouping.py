@@ -89,10 +89,17 @@ class UnionFind:
 
 
 def colocation_pairs(graph: Graph, ops: Sequence[str]) -> list[tuple[str, str]]:
-    """Pairs of ops TF must place together: `_class: loc:@x` attributes, and consumers of ref or
-    resource tensors (a variable's reads, assigns and optimizer updates run on its device)."""
+    """Pairs of ops TF must place together: `_class: loc:@x` attributes, consumers of ref or
+    resource tensors (a variable's reads, assigns and optimizer updates run on its device), and all
+    of TF1 control flow (every copy of a loop is one frame: a loop and its gradient loop, which
+    share stacks, are one group with one layout)."""
+    from tag_tf.analysis.annotate import v1_control_flow
+
     pairs = []
     names = set(ops)
+    in_loops = v1_control_flow(graph)
+    looped = [name for name in ops if name in in_loops]
+    pairs.extend((name, looped[0]) for name in looped[1:])
     for name in ops:
         op = graph.op(name)
         for other in op.colocate_with:

@@ -90,8 +90,8 @@ def simplify(graph: Graph) -> PlanningGraph:
             continue
         dst = index[host[name]]
         for ref in graph.op(name).inputs:
-            if ref.op not in host:
-                continue
+            if ref.op not in host or graph.op(ref.op).type in ("NextIteration", "RefNextIteration"):
+                continue        # a TF1 loop's back edge: the planning graph stays a DAG
             src = index[host[ref.op]]
             if src != dst:
                 nbytes = graph.tensor(ref).nbytes or 0

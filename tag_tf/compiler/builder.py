@@ -83,9 +83,19 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
             del node.attr["_class"]
         del node.input[:]
         for i, ref in enumerate(src.inputs):
+            if ref.op not in self.outputs and self.graph.op(ref.op).type in ("NextIteration", "RefNextIteration"):
+                # A loop's back edge (read by its Merge before it is emitted): the name it will have,
+                # the copy on this device.
+                play = self.placement.of(ref.op)
+                k = play.devices.index(lay.devices[j]) if lay.devices[j] in play.devices else 0
+                node.input.append(f"{self._instance_name(ref.op, play, k)}:{ref.index}")
+                continue
             need = ann.requires[i] if replicated else FULL
             node.input.append(self.materialize(ref, lay, j, need))
         outs = [f"{name}:{k}" for k in range(len(src.outputs))]
+        if src.type in ("Enter", "RefEnter") and lay.size > 1:
+            # Each copy of a TF1 loop is its own frame: copies sharing a frame name would be one loop.
+            node.attr["frame_name"].s = node.attr["frame_name"].s + f"/tag_r{j}".encode()
         if replicated and Flag.LOCAL_CONST in ann.flags:
             self._rescale_const(node, op, lay.counts[j])
         elif replicated and Flag.SLICE_CONST in ann.flags:
@@ -140,7 +150,7 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
             ref = self.graph.op(op).inputs[0]
             state = self.a.annotations[op].requires[0]
             local_rows = self._dim(x, state.axis, self._dtype(ref), device)
-            total = self._global_rows(state.mult, device)
+            total = self._global_rows(state.mult, device, ref.op)
             ratio = self.f.binary(f"{name}/tag_share", "RealDiv",
                                   self.f.cast(f"{name}/tag_local_rows", local_rows, "int32", dtype, device),
                                   self.f.cast(f"{name}/tag_total_rows", total, "int32", dtype, device),

@@ -30,7 +30,7 @@ class CollectivesMixin(BuilderBase):
         # Servers remember each collective instance's shape across runs: graphs compiled for the
         # same servers must not reuse instance keys (see compile.instance_key_base).
         self._instance_key = instance_key_base
-        self._last_collective: dict[int, str] = {}
+        self._last_collective: dict[tuple[frozenset[int], int], str] = {}   # (run set, device) -> last
         # All-reduces requested while emitting: (memo key, reserved output names per replica).
         self._pending: list[tuple[tuple, list[str]]] = []
         self._buckets: list[list[tuple]] = []        # memo keys per emitted collective
@@ -66,16 +66,32 @@ class CollectivesMixin(BuilderBase):
         return self._memo_get(("allreduce", ref), reserve)
 
     # -- emission (once every op is emitted) ---------------------------------------------------
+    def _run_sets(self, refs: Sequence[TensorRef]) -> list[frozenset[int]]:
+        """Per ref: which of the train op's roots need it. A program compiled for several training
+        roots (a GAN's two optimizers, separate accumulate and apply runs: the front end groups them
+        under one NoOp) runs one of them at a time: a bucket or a chain of collectives never mixes
+        values of different root sets, or running one root would run (and feed) the others."""
+        graph = self.a.graph
+        train = graph.meta.train_op
+        if not train or graph.op(train).type != "NoOp" or len(graph.op(train).control_inputs) < 2:
+            return [frozenset()] * len(refs)
+        needs = [graph.ancestors([root]) for root in graph.op(train).control_inputs]
+        return [frozenset(i for i, ancestors in enumerate(needs) if ref.op in ancestors) for ref in refs]
+
     def _emit_collectives(self) -> None:
         facts = FusionFacts(self.a)
         requests = [facts.request(key[1], self.placement.of(key[1].op).devices) for key, _ in self._pending]
         if self.sync_after_backward:
             self._barrier = self._barrier_control(requests)
-        for members in assign_buckets(requests, self.fusion_bytes):
-            self._emit_bucket([self._pending[i] for i in members], requests[members[0]].level)
+        for run_set, indices in _by_run_set(self._run_sets([key[1] for key, _ in self._pending])):
+            for members in assign_buckets([requests[i] for i in indices], self.fusion_bytes):
+                chosen = [indices[i] for i in members]
+                self._emit_bucket([self._pending[i] for i in chosen], requests[chosen[0]].level, run_set)
         sums = [facts.request(key[1], self.placement.of(key[1].op).devices, key[2]) for key, _ in self._pending_sums]
-        for members in assign_buckets(sums, self.fusion_bytes):
-            self._emit_sum_bucket([self._pending_sums[i] for i in members], sums[members[0]].target)
+        for _, indices in _by_run_set(self._run_sets([key[1] for key, _ in self._pending_sums])):
+            for members in assign_buckets([sums[i] for i in indices], self.fusion_bytes):
+                chosen = [indices[i] for i in members]
+                self._emit_sum_bucket([self._pending_sums[i] for i in chosen], sums[chosen[0]].target)
         self._pending, self._pending_sums = [], []
         self._collectives_done = True
 
@@ -94,10 +110,11 @@ class CollectivesMixin(BuilderBase):
                     ops.append(op)
         return waits
 
-    def _emit_bucket(self, members: list[tuple[tuple, list[str]]], level: int = 0) -> None:
+    def _emit_bucket(self, members: list[tuple[tuple, list[str]]], level: int = 0,
+                     run_set: frozenset[int] = frozenset()) -> None:
         """One collective per replica over the members' values; each member's reserved name ends
         up holding its own reduced value (for several members: flatten, concat, reduce, split,
-        reshape)."""
+        reshape). It waits for the previous collective of the same run set on each device."""
         self._buckets.append([key for key, _ in members])
         first: TensorRef = members[0][0][1]
         play = self.placement.of(first.op)
@@ -117,7 +134,7 @@ class CollectivesMixin(BuilderBase):
                 value, name = self._pack(base, values, dtype, device), self.f.unique(f"{base}/sum")
             else:
                 value, name = values[0], members[0][1][at[0]]
-            prev = self._last_collective.get(d)
+            prev = self._last_collective.get((run_set, d))
             control = ([prev] if prev else []) + self._barrier.pop((level, d), [])
             if use_nccl:
                 self.f.nccl_all_reduce(name, value, dtype, device, num_devices=len(devs), control=control,
@@ -125,7 +142,7 @@ class CollectivesMixin(BuilderBase):
             else:
                 self.f.collective_reduce(name, value, dtype, device, group_size=len(devs), group_key=group_key,
                                          instance_key=self._instance_key, control=control, unique=False)
-            self._last_collective[d] = name
+            self._last_collective[(run_set, d)] = name
             if fused:
                 self._unpack([(key[1], names[j]) for (key, names), j in zip(members, at)], name + ":0",
                              dtype, device)
@@ -172,3 +189,11 @@ class CollectivesMixin(BuilderBase):
         for i, ((_, name), shape) in enumerate(zip(members, shapes)):
             self.f.node(name, "Reshape", [f"{parts}:{i}", self.f.const(f"{base}/shape", shape, "int32", device)],
                         device, unique=False, T=("type", dtype), Tshape=("type", "int32"))
+
+
+def _by_run_set(run_sets: Sequence[frozenset[int]]) -> list[tuple[frozenset[int], list[int]]]:
+    """Indices grouped by run set, groups in the order of their first member."""
+    groups: dict[frozenset[int], list[int]] = {}
+    for i, run_set in enumerate(run_sets):
+        groups.setdefault(run_set, []).append(i)
+    return list(groups.items())

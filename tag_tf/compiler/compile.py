@@ -18,7 +18,6 @@ from tag_tf.placement.layout import Placement, resolve
 from tag_tf.context import PassContext
 from tag_tf.errors import CompileError, GraphError
 from tag_tf.ir import Graph, TensorRef
-from tag_tf.ir.opsets import CONTROL_FLOW_OPS
 from tag_tf.strategy import Strategy
 
 
@@ -50,12 +49,8 @@ class Compiled:
 
 def check_compilable(graph: Graph) -> None:
     """CompileError, naming the op, for graphs no strategy can compile. Cheap: callers run it before
-    planning, so a refusal costs no search and leaves no cached plan behind."""
-    v1_loops = [op for op in graph if op.type in CONTROL_FLOW_OPS]
-    if v1_loops:
-        raise CompileError(f"op {v1_loops[0].name!r} ({v1_loops[0].type}) is TF1 v1 control flow, which "
-                           "tag_tf does not compile; build the graph with control flow v2 (the TF 2.x "
-                           "default: do not call disable_control_flow_v2)")
+    planning, so a refusal costs no search and leaves no cached plan behind. (TF1 v1 control flow is
+    compiled: its ops run whole on every copy, each copy of a loop in its own frame.)"""
 
 
 def compile_strategy(ctx: PassContext, analysis: Analysis, strategy: Strategy, devices: DeviceMap, *,

@@ -57,20 +57,26 @@ class ShapesMixin(BuilderBase):
                             self._c1(base, 1, device)], device,
                            T=("type", "int32"), Index=("type", "int32"), shrink_axis_mask=("int", 1))
 
-    def _global_rows(self, mult: int, device: str) -> str:
-        """Scalar int32: the global batch size times `mult` (at run time for dynamic graphs)."""
+    def _global_rows(self, mult: int, device: str, of: str | None = None) -> str:
+        """Scalar int32: the global batch size times `mult` (at run time for dynamic graphs, read from
+        a batch input that op `of` computes from: a run feeding only some inputs, such as a GAN's
+        generator step, must not need the others)."""
         if not self.placement.dynamic:
             return self._memo_get(("global_rows", mult, device), lambda: self.f.const(
                 "tag/global_rows", self.a.batch_size * mult, "int32", device))
+        feeds = list(self.graph.meta.feeds)
+        if of is not None and len(feeds) > 1:
+            upstream = self.graph.ancestors([of])
+            feeds = [f for f in feeds if TensorRef.parse(f).op in upstream] or feeds
+        feed = TensorRef.parse(feeds[0])
 
         def batch() -> str:
-            feed = TensorRef.parse(self.graph.meta.feeds[0])
             fdev = self.placement.of(feed.op).devices[0]
             return self._dim(self.out(feed, 0), 0, self._dtype(feed), self.devices[fdev])
-        n = self._memo_get(("global_batch",), batch)
+        n = self._memo_get(("global_batch", feed.name), batch)
         if mult == 1:
             return n
-        return self._memo_get(("global_rows", mult, device), lambda: self.f.binary(
+        return self._memo_get(("global_rows", feed.name, mult, device), lambda: self.f.binary(
             "tag/global_rows", "Mul", n, self.f.const("tag/mult", mult, "int32", device), "int32", device))
 
     # -- Shape/ShapeN/Size of batch tensors, built without moving their data -----------------------
@@ -117,7 +123,7 @@ class ShapesMixin(BuilderBase):
             shard_shape = self.f.shape(f"{base}/shard_shape", self.out(ref, j), self._dtype(ref),
                                        self.devices[play.devices[j]])
             rows = self.f.node(f"{base}/rows", "Reshape",
-                               [self._global_rows(tb.mult, dev), self._c1(base, 1, dev)], dev,
+                               [self._global_rows(tb.mult, dev, ref.op), self._c1(base, 1, dev)], dev,
                                T=("type", "int32"), Tshape=("type", "int32"))
             shape = self.f.node(f"{base}/shape", "TensorScatterUpdate",
                                 [shard_shape, self.f.const(f"{base}/axis", [[tb.axis]], "int32", dev), rows], dev,

@@ -21,6 +21,11 @@ so they go through the patch too. Per session:
   structure from the values, so nested lists/dicts/namedtuples, strings and ops behave as usual.
 - In a graph with queue runners, the first run that enqueues or dequeues counts as the start of
   training (the queue must be filled in the session that trains), compiled with the graph's train op.
+- Every train op of the graph is compiled with the first training run's (a GAN's second optimizer,
+  the apply run of accumulated gradients), so later runs of any of them run compiled.
+- A run the compiled program cannot take (ops created after training started, a batch smaller than
+  the replicas) runs on the user's session, on one device, after the trained values are copied
+  there; what it writes to variables is copied back into every compiled copy (`_run_on_one_device`).
 - Graphs that never train (evaluation, prediction) are never touched.
 - On exit, sessions still open get their variables' trained values back, then compiled sessions close.
 - One script on every task (`TF_CONFIG`, a ClusterResolver): the chief plans, compiles, loads every
@@ -30,8 +35,8 @@ so they go through the patch too. Per session:
   every task's part and the others serve (`$TAG_TF_BETWEEN_GRAPH=0` insists on that).
 
 Errors are one line, of a `tag_tf.errors` type, naming the thing: `GraphError` (no train op: a fetched
-TRAIN_OP-collection op that runs no optimizer update), `CompileError` (a fetch or feed the plan cannot
-provide, e.g. an op created after training started), `ClusterError` (unreachable task),
+TRAIN_OP-collection op that runs no optimizer update), `CompileError` (a feed the plan cannot provide, a
+graph whose batch cannot be split consistently), `ClusterError` (unreachable task),
 `TopologyError` (a topology that does not match the devices present), `VerificationError`.
 
 Modules: `target` (where compiled graphs run), `program` (the captured graph, the compiled program,
@@ -52,12 +57,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tag_tf.errors import ClusterError, TagError, VerificationError
+from tag_tf.errors import ClusterError, CompileError, TagError, VerificationError
 from tag_tf.frontend.planning import PLANNED, Plan, check_request, request_key, resolve_strategy, stored_costs_for
 from tag_tf.frontend.program import GraphInfo, Program, Runner, TaskStep, capture, graph_digest
 from tag_tf.frontend.session_patch import bypass, install, uninstall
 from tag_tf.frontend.session_values import read_variables, synthetic_batch, write_variables
 from tag_tf.frontend.target import Target, resolve_target
+from tag_tf.ir import opsets
 
 if TYPE_CHECKING:
     from tag_tf.analysis import Analysis
@@ -123,6 +129,11 @@ class SessionState:
     runner: Runner | None = None
     # Iterator/table initialisations run before training: (targets, fetches, feeds) by name.
     replay: list[tuple[list[str], list[str], dict[str, Any]]] = dataclasses.field(default_factory=list)
+    # Whether the user's session holds the compiled session's current variable values (runs on one
+    # device use the user's session: it gets the trained values first).
+    synced: bool = True
+    # Reasons already logged for runs on one device.
+    one_device_said: set[str] = dataclasses.field(default_factory=set)
 
 class Distribution:
     """What `tag_tf.distribute(...)` returns: a context manager and a decorator.
@@ -284,9 +295,10 @@ class Distribution:
                 roots = info.inference_roots([op.name for op in targets], [t.op.name for t in fetches])
             starts_queue = not roots and any(n in info.queue for n in names)
             if not roots and not starts_queue:
-                if (info.updates or self.options["inference"]) and any(n in info.state_init for n in names):
+                # Remembered even before the graph has an optimizer (an iterator initialised first).
+                if any(n in info.state_init for n in names):
                     with self._lock:
-                        self._state(sess).replay.append(_by_name(targets, fetches, feeds))
+                        _remember(self._state(sess).replay, _by_name(targets, fetches, feeds))
                 if info.updates and info.restore_prefixes and any(n in info.restores for n in names):
                     feeds = _readable_restore(feeds, info.restore_prefixes)
                 return original(sess, None, targets, fetches, feeds, options, run_metadata)
@@ -296,8 +308,14 @@ class Distribution:
                 state = self._state(sess)
                 if state.runner is None:
                     try:
-                        program = self._program(sess.graph, info, roots, _feeds_by_name(feeds),
+                        program = self._program(sess.graph, info,
+                                                info.every_training_root(sess.graph, roots) if training else roots,
+                                                _feeds_by_name(feeds),
                                                 [t.name for t in fetches], [op.name for op in targets])
+                    except _NothingToSplit as e:
+                        self._fallen_back[sess.graph] = str(e)
+                        log.info("tag_tf: training graph on one device (the session's own): %s", e)
+                        return original(sess, None, targets, fetches, feeds, options, run_metadata)
                     except TagError as e:
                         role = self.target.role
                         if self.options["fallback"] != "single" or (role is not None and not role.is_chief):
@@ -312,19 +330,52 @@ class Distribution:
             skipped = _skip_save(fetches, feeds)
             if skipped is not None:
                 return skipped
+        t, f, fd = _by_name(targets, fetches, feeds)
+        reason = program.one_device_reason(t, f, fd, training)
+        if reason is not None:
+            return self._run_on_one_device(sess, state, original, (targets, fetches, feeds), options,
+                                           run_metadata, reason, training)
         if roots and program.ir.training_updates() and not program.covers(roots):
             raise TagError(f"fetching {roots[0]!r} runs training updates (optimizer ops or writes of "
-                           f"gradient-derived values) outside the train op tag_tf compiled "
-                           f"({program.ir.meta.train_op!r}); a graph trains through one train op: group all "
-                           f"of them into one (tf.group) and fetch it from the first training run (separate "
-                           f"accumulate and apply runs are not supported)")
-        return self._run(state.runner, targets, fetches, feeds, options, run_metadata, training)
+                           f"gradient-derived values) outside the train ops tag_tf compiled "
+                           f"({program.ir.meta.train_op!r}); create every train op before the first training run")
+        state.synced = False
+        return state.runner.run(t, f, fd, options, run_metadata, training=training)
 
-    @staticmethod
-    def _run(runner: Runner, targets: list, fetches: list, feeds: dict, options: Any, run_metadata: Any,
-             training: bool) -> list:
-        t, f, fd = _by_name(targets, fetches, feeds)
-        return runner.run(t, f, fd, options, run_metadata, training=training)
+    def _run_on_one_device(self, sess: Any, state: SessionState, original: Callable,
+                           run: tuple[list, list, dict], options: Any, run_metadata: Any, reason: str,
+                           training: bool) -> list[Any]:
+        """A run the compiled program cannot take (`Program.one_device_reason`) runs on the user's own
+        session, on one device, with the trained values: they are copied there first; whatever the run
+        writes to variables is copied back into every compiled copy. Values are the plain program's."""
+        targets, fetches, feeds = run
+        role = self.target.role
+        if training and role is not None and len(role.spec.tasks) > 1:
+            raise CompileError(f"cannot run this training step on one device in a cluster of "
+                               f"{len(role.spec.tasks)} tasks: {reason}")
+        runner = state.runner
+        names = [op.name for op in targets] + [t.op.name for t in fetches]
+        upstream = GraphInfo.upstream(sess.graph, names)
+        inputs = [op.name for op in upstream if op.name in runner.program.ir and op.type.startswith(_STATEFUL_INPUTS)]
+        if inputs:
+            raise CompileError(f"cannot run this step on one device ({reason}): it reads input {inputs[0]!r}, whose "
+                               f"position lives in the distributed session (a one-device run would read another "
+                               f"copy); feed the values instead, or create the input after training")
+        if reason not in state.one_device_said:
+            state.one_device_said.add(reason)
+            log.info("tag_tf: a %s run on one device (the trained values in this session): %s",
+                     "training" if training else "non-training", reason)
+        with bypass():
+            if not state.synced:
+                failed = self._sync_back(sess, runner)
+                if failed:
+                    raise TagError(f"could not copy the trained variables to this session for a run on one "
+                                   f"device ({reason}): {failed[0]}")
+                state.synced = True
+            values = original(sess, None, targets, fetches, feeds, options, run_metadata)
+            if any(opsets.is_variable_writer(op.type) or opsets.is_optimizer_update(op.type) for op in upstream):
+                runner.program.io.load(runner.session, read_variables(sess, runner.program.ir))
+        return values
 
     def _state(self, sess: Any) -> SessionState:
         state = self._sessions.get(sess)
@@ -362,8 +413,15 @@ class Distribution:
         from tag_tf.profile.weights import reference_weights
 
         start = time.perf_counter()
-        gd, meta, train_op = capture(graph, roots)
+        gd, meta, train_op, learned = capture(graph, roots, feeds)
         ir = from_graph_def(gd, meta, train_op=train_op)
+        if not ir.meta.feeds:
+            reason = ("it has no batch input (no placeholder of rank >= 1 or iterator output feeds its training; "
+                      "scalar feeds are not batches): there is nothing to split over devices")
+            role = self.target.role
+            if role is None or len(role.spec.tasks) < 2:
+                raise _NothingToSplit(reason)
+            raise CompileError(f"cannot train graph {ir.fingerprint} on {len(role.spec.tasks)} tasks: {reason}")
         ctx = PassContext(Options(cache_dir=self.options["cache_dir"],
                                   exact_batch_stats=self.options["exact_batch_stats"]))
         batch = None
@@ -372,6 +430,7 @@ class Distribution:
             batch = int(sizes[0]) if sizes else None
         analysis = analyze(ctx, ir, batch_size=batch, weight_fn=reference_weights)
         check_compilable(analysis.graph)   # before planning: a refusal leaves no cached plan
+        _check_sized(analysis)
         target = self.target
         target.check()                     # an unreachable cluster fails here, naming the task
         role = target.role
@@ -393,13 +452,14 @@ class Distribution:
         roots = [r for r in dict.fromkeys([*roots, *targets]) if r in ir]     # the first run's ops, all compiled
         compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices, fetches=fetches, run_ops=roots,
                                     check=True)    # postconditions run, not only documented: DAG, fetches' shapes
-        if message is not None and graph_digest(compiled.graph_def) != message["digest"]:
+        if message is not None and graph_digest(ir, compiled) != message["digest"]:
             raise ClusterError(f"task {role.task} compiled another graph than the chief from the same plan (graph "
                                f"{ir.fingerprint}): every task must build the same graph and feed batches of "
                                f"the same size")
         if self.options["verify"] and message is None:       # the chief verifies for every task
             self._verify(analysis, compiled, feeds)
         program = Program(ir, analysis, compiled, plan, target)
+        program.learned_shapes = learned
         program.first_run = (fetches, roots)
         self._graphs[graph] = (info, program)
         self.plans.append(plan)
@@ -514,7 +574,7 @@ class Distribution:
         fetches, roots = program.first_run
         message = {"mode": BETWEEN if step is not None else "chief", "reason": reason, "graph": program.ir.fingerprint,
                    "strategy": program.plan.strategy.to_dict(), "topology": program.target.topology.to_dict(),
-                   "fetches": fetches, "run_ops": roots, "digest": graph_digest(program.compiled.graph_def)}
+                   "fetches": fetches, "run_ops": roots, "digest": graph_digest(program.ir, program.compiled)}
         program.between = step is not None
         if step is None:
             roles.set_chief_drives(role)
@@ -575,6 +635,38 @@ def _drive_cost(target: Any, analysis: Any) -> float:
     if target.drive_s <= 0 or any(op.type in ONE_DRIVER_OPS for op in analysis.graph):
         return 0.0
     return float(target.drive_s)
+
+
+# Inputs whose state (a position in the data) lives in the session that runs them.
+_STATEFUL_INPUTS = ("IteratorGetNext", "QueueDequeue", "ReaderRead")
+
+
+def _check_sized(analysis: Analysis) -> None:
+    """CompileError, before training, for a graph whose batch cannot be split consistently because a
+    sparse or value-sized value of unknown batch size meets the batch (`unsized_batch_meetings`)."""
+    from tag_tf.analysis.analyzer import unsized_batch_meetings
+
+    meetings = unsized_batch_meetings(analysis)
+    if meetings:
+        op, unsized, batch = meetings[-1]       # the first in the forward pass
+        raise CompileError(
+            f"cannot split this graph's batch consistently: op {op!r} combines {unsized!r}, whose size along the "
+            f"batch axis follows sparse values (a feature column's weighted sum, an embedding_lookup_sparse: "
+            f"tag_tf computes it whole), with the batch tensor {batch!r}, and its gradient compares their shapes, "
+            f"which differ on every replica; add a dense (numeric) column to the same weighted sum, or train this "
+            f"graph undistributed (fallback='single')")
+
+
+class _NothingToSplit(TagError):
+    """A training graph whose best plan is one device whatever the cluster (no batch input)."""
+
+
+def _remember(replay: list, run: tuple[list[str], list[str], dict[str, Any]]) -> None:
+    """Add an initialisation run to be replayed; the same run again replaces its earlier record
+    (an iterator re-initialised every epoch is replayed once, with its latest feeds)."""
+    key = (run[0], run[1])
+    replay[:] = [r for r in replay if (r[0], r[1]) != key]
+    replay.append(run)
 
 
 def _by_name(targets: Sequence[Any], fetches: Sequence[Any], feeds: Mapping[Any, Any]

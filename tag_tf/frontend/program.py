@@ -83,6 +83,23 @@ class GraphInfo:
                          downstream(sources), downstream(op.name for op in restores),
                          frozenset(op.inputs[0].name for op in restores), downstream(saves))
 
+    def every_training_root(self, graph: Any, first: Sequence[str]) -> list[str]:
+        """The training roots a program compiles: the first training run's, then every other op that
+        trains and that no other training op runs after (a GAN's second optimizer, the apply op of
+        gradients accumulated by separate runs), so that every later training run is one the
+        program compiled."""
+        sinks = [op.name for op in graph.get_operations() if op.name in self.trains
+                 and not any(c.name in self.trains for t in op.outputs for c in t.consumers())
+                 and not any(c.name in self.trains for c in op._control_outputs)]
+        roots = list(first)
+        covered = {op.name for op in self.upstream(graph, roots) if op.name in self.updates}
+        for sink in sinks:       # only sinks that run updates the others do not (not a read after them)
+            runs = {op.name for op in self.upstream(graph, [sink]) if op.name in self.updates}
+            if runs - covered:
+                roots.append(sink)
+                covered |= runs
+        return list(dict.fromkeys(roots))
+
     def training_roots(self, names: Sequence[str]) -> list[str]:
         """The fetched ops that make a run a training run (GraphError for a TRAIN_OP op that trains
         nothing)."""
@@ -95,6 +112,19 @@ class GraphInfo:
                                  f"distributes gradient-based training only")
         return list(dict.fromkeys(roots))
 
+    @staticmethod
+    def upstream(graph: Any, names: Sequence[str]) -> list[Any]:
+        """The ops of live `graph` that running ops `names` runs (data and control inputs)."""
+        seen: dict[str, Any] = {}
+        stack = [graph.get_operation_by_name(n) for n in names]
+        while stack:
+            op = stack.pop()
+            if op.name not in seen:
+                seen[op.name] = op
+                stack.extend(t.op for t in op.inputs)
+                stack.extend(op.control_inputs)
+        return list(seen.values())
+
     def inference_roots(self, targets: Sequence[str], fetches: Sequence[str]) -> list[str]:
         """The fetched ops of a prediction run: a graph that never trains, fetching only values
         computed from a batch input (never state-changing targets)."""
@@ -105,29 +135,68 @@ class GraphInfo:
         return []
 
 
-def capture(graph: Any, roots: Sequence[str]) -> tuple[Any, Any, str | None]:
-    """(GraphDef, MetaGraphDef with the collections the IR reads, train op name) of a live graph.
+def capture(graph: Any, roots: Sequence[str], feeds: Mapping[str, Any] | None = None
+            ) -> tuple[Any, Any, str | None, dict[str, tuple[int, ...]]]:
+    """(GraphDef, MetaGraphDef with the collections the IR reads, train op name, learned shapes) of a
+    live graph.
 
     Several training roots are grouped under one NoOp added to the captured GraphDef (never to the
-    user's graph, which may be finalized)."""
+    user's graph, which may be finalized). A placeholder without a static rank (`tf.placeholder(
+    "float")`) takes its shape from the value `feeds` gives it in the first training run: a scalar
+    stays a scalar (fed whole to every replica, like a keep_prob or a learning rate), a value of rank
+    >= 1 keeps its other dims and a dynamic first (batch) dim. Returns those learned shapes by tensor
+    name (the runner checks later feeds against them)."""
     from tensorflow.core.framework import node_def_pb2
     from tensorflow.core.protobuf import meta_graph_pb2
     from tensorflow.python.framework import meta_graph
 
     gd = graph.as_graph_def()
+    learned = _learn_placeholder_shapes(gd, feeds or {})
     meta = meta_graph_pb2.MetaGraphDef()
     for key in _COLLECTIONS:
         if graph.get_collection(key):
             meta_graph.add_collection_def(meta, key, graph=graph)
     if len(roots) <= 1:
-        return gd, meta, (roots[0] if roots else None)
+        return gd, meta, (roots[0] if roots else None), learned
     names = {n.name for n in gd.node}
     name = "tag_tf/train"
     while name in names:
         name += "_"
     group = node_def_pb2.NodeDef(name=name, op="NoOp", input=[f"^{r}" for r in roots])
     gd.node.append(group)
-    return gd, meta, name
+    return gd, meta, name, learned
+
+
+def _learn_placeholder_shapes(gd: Any, feeds: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Give every fed placeholder of unknown rank in `gd` the shape of its fed value (first dim
+    dynamic); returns the shapes given, by tensor name."""
+    learned: dict[str, tuple[int, ...]] = {}
+    for node in gd.node:
+        if node.op != "Placeholder" or not node.attr["shape"].shape.unknown_rank:
+            continue
+        name = f"{node.name}:0"
+        if name not in feeds:
+            continue
+        shape = tuple(int(d) for d in np.shape(feeds[name]))
+        if shape:
+            shape = (-1,) + shape[1:]
+        proto = node.attr["shape"].shape
+        proto.unknown_rank = False
+        del proto.dim[:]
+        for d in shape:
+            proto.dim.add().size = d
+        learned[name] = shape
+    return learned
+
+
+def check_learned_shape(name: str, shape: tuple[int, ...], value: Any) -> None:
+    """A feed of a placeholder whose shape was learned from its first fed value must fit that shape."""
+    fed = tuple(np.shape(value))
+    if len(fed) != len(shape) or any(s not in (-1, f) for s, f in zip(shape, fed)):
+        want = "a scalar" if not shape else "shape [" + ", ".join("None" if s < 0 else str(s) for s in shape) + "]"
+        raise CompileError(f"cannot feed {name!r} a value of shape {list(fed)}: it has no static shape in the graph, "
+                           f"and tag_tf compiled it as {want} from the value the first training run fed; give the "
+                           f"placeholder a shape (tf.placeholder(dtype, [None, ...])) to feed others")
 
 
 # =============================================================================================
@@ -152,6 +221,8 @@ class Program:
         self.updates = frozenset(n for n in ir.ancestors([root]) if n in self._all_updates)
         # A fed batch smaller than a replicated layout leaves replicas without samples (see check_batch).
         self.batch_inputs = frozenset(ir.meta.feeds)
+        # Placeholders without a static shape in the user's graph: the shape the first fed value gave them.
+        self.learned_shapes: dict[str, tuple[int, ...]] = {}
         self.replicas = max((lay.size for lay in compiled.placement.layouts.values()
                              if lay.mode is Mode.REPLICATED), default=1)
         self._tensors: dict[str, str] = dict(compiled.fetch_tensors)
@@ -189,26 +260,55 @@ class Program:
             found = self._extend(ops=[name])[name]
         return found
 
-    def feed(self, name: str) -> str:
-        """The compiled tensor to feed for original tensor `name` (feeds keep their names)."""
+    def feeds(self, name: str) -> list[str]:
+        """The compiled tensors to feed for original tensor `name` (feeds keep their names): one, or
+        every copy of a placeholder the plan replicates (a value that is not a batch: a keep_prob, a
+        learning rate, a flag, fed whole to every replica)."""
         op, _, index = name.rpartition(":")
         self._known(op, f"feed {name!r}")
         instances = self.compiled.instances[op]
-        if len(instances) != 1:
+        if len(instances) != 1 and (self.ir.op(op).type not in ("Placeholder", "PlaceholderWithDefault")
+                                    or name in self.batch_inputs):
             raise CompileError(f"cannot feed {name!r}: the plan runs its op on {len(instances)} devices; feed a "
                                f"placeholder (or a tensor computed once) instead")
-        return f"{instances[0]}:{index}"
+        return [f"{i}:{index}" for i in instances]
 
     def check_batch(self, name: str, value: Any) -> None:
         """A dynamic batch smaller than the number of replicas would give some replicas no samples
-        (and a NaN mean): refuse it by name rather than train on NaN."""
+        (and a NaN mean): refuse it by name rather than train on NaN (the front end runs such a step
+        on one device before it gets here). A placeholder whose shape was learned from its first
+        feed must be fed that shape."""
+        if name in self.learned_shapes:
+            check_learned_shape(name, self.learned_shapes[name], value)
         if name in self.batch_inputs and np.ndim(value) and np.shape(value)[0] < self.replicas:
             raise CompileError(f"cannot feed {name!r} a batch of {np.shape(value)[0]} sample(s): the plan splits "
                                f"it over {self.replicas} replicas; feed at least {self.replicas} (e.g. drop "
                                f"the last partial batch)")
 
-    def feed_obj(self, name: str) -> Any:
-        return self.graph.get_tensor_by_name(self.feed(name))
+    def one_device_reason(self, targets: Sequence[str], fetches: Sequence[str], feeds: Mapping[str, Any],
+                          training: bool) -> str | None:
+        """Why a run cannot run on this program and runs on one device instead (the user's own session
+        with the trained values): it fetches or runs ops created after training started, fetches what
+        the distributed graph cannot provide, or feeds a batch smaller than the plan's replicas. None:
+        it runs here."""
+        for name in [*fetches, *targets, *feeds]:
+            op = name.rpartition(":")[0] if ":" in name else name
+            if op not in self.ir:
+                return f"{name!r} was created after training started"
+        for name, value in feeds.items():
+            if name in self.batch_inputs and np.ndim(value) and np.shape(value)[0] < self.replicas:
+                return (f"it feeds {name!r} {np.shape(value)[0]} sample(s), fewer than the plan's {self.replicas} "
+                        f"replicas")
+        if not training:
+            try:
+                for t in fetches:
+                    self.tensor(t)
+                for o in targets:
+                    self.op(o)
+            except CompileError as e:
+                return str(e)
+        return None
+
 
     def covers(self, roots: Sequence[str]) -> bool:
         """Whether running `roots` only runs optimizer updates this program distributes (ops it does
@@ -231,11 +331,23 @@ class Program:
             return names
 
 
-def graph_digest(graph_def: Any) -> str:
-    """Content digest of a GraphDef (tasks compare theirs with the chief's)."""
+def graph_digest(ir: Graph, compiled: Compiled) -> str:
+    """Content digest of a compiled GraphDef (tasks compare theirs with the chief's), without the
+    values only variable initialisation reads (`Graph.initial_value_ops`: the chief loads every
+    variable copy, and Keras seeds its initialisers differently in every process)."""
     import hashlib
 
-    return hashlib.sha256(graph_def.SerializeToString(deterministic=True)).hexdigest()[:16]
+    from tensorflow.core.framework import graph_pb2
+
+    from tag_tf.ir.graph import without_initial_values
+
+    initial = {i for op in ir.initial_value_ops() for i in compiled.instances.get(op, ())}
+    gd = graph_pb2.GraphDef()
+    gd.CopyFrom(compiled.graph_def)
+    for i, node in enumerate(gd.node):
+        if node.name in initial:
+            gd.node[i].CopyFrom(without_initial_values(node))
+    return hashlib.sha256(gd.SerializeToString(deterministic=True)).hexdigest()[:16]
 
 
 def add_nodes(graph: Any, nodes: Sequence[Any]) -> None:
@@ -347,10 +459,11 @@ class Runner:
             if training and self.step is not None:
                 if not self.step.batch_checked:
                     self.step.check_same_batch({n: v for n, v in feeds.items() if n in p.batch_inputs})
-                values = self.step.run(op_names, unique, {p.feed(n): v for n, v in feeds.items()}, options,
+                values = self.step.run(op_names, unique, {c: v for n, v in feeds.items() for c in p.feeds(n)}, options,
                                        run_metadata)
             else:
-                feed = {p.feed_obj(name).ref(): value for name, value in feeds.items()}
+                feed = {p.graph.get_tensor_by_name(c).ref(): value for name, value in feeds.items()
+                        for c in p.feeds(name)}
                 values = original_do_run(self.session, None, [p.graph.get_operation_by_name(o) for o in op_names],
                                          [p.graph.get_tensor_by_name(n) for n in unique], feed, options,
                                          run_metadata)

@@ -242,11 +242,33 @@ class Graph:
         """A stable hash of the graph's structure and attributes (keys caches of profiles and plans).
 
         The same model built twice must hash alike, even in one process: `_output_shapes` (present
-        only in exported graphs) is ignored, and functions (cond/while bodies) are named by order of
-        first use, since TF names them with process-wide counters."""
+        only in exported graphs) is ignored, functions (cond/while bodies) are named by order of
+        first use, since TF names them with process-wide counters, and so are the values only
+        variable initialisation reads (`initial_value_ops`: Keras 2.15 initialisers seed themselves
+        from Python's unseeded `random`, so one script builds other seed constants in every process,
+        while the computation, and every value tag_tf loads into the variables, is the same)."""
         if self._fingerprint is None:
-            self._fingerprint = _fingerprint(self, [self._node_defs[n] for n in self.order])
+            self._fingerprint = _fingerprint(self, [self._node_defs[n] for n in self.order],
+                                             self.initial_value_ops())
         return self._fingerprint
+
+    def initial_value_ops(self) -> frozenset[str]:
+        """Ops that only the variables' initialisers read: their values are overwritten by whatever
+        values a session loads, so they are not part of what the graph computes."""
+        inits = [v.initializer for v in self.variables.values() if v.initializer]
+        if not inits:
+            return frozenset()
+        initial = self.ancestors(inits)
+        after: set[str] = set()                  # what runs after an initialiser (init groups)
+        stack = list(inits)
+        while stack:
+            name = stack.pop()
+            if name not in after:
+                after.add(name)
+                stack.extend(self.op_consumers(name))
+                stack.extend(self.control_consumers(name))
+        needed = self.ancestors(n for n in self.order if n not in initial and n not in after)
+        return frozenset(initial - needed)
 
     def to_graph_def(self) -> Any:
         from tensorflow.core.framework import graph_pb2
@@ -261,22 +283,38 @@ class Graph:
         return gd
 
 
-def _fingerprint(graph: "Graph", nodes: list[Any]) -> str:
+# Attributes of an initial-value op that do not change what a graph computes (seeds and constants).
+INITIAL_VALUE_ATTRS = ("value", "seed", "seed2")
+
+
+def without_initial_values(node: Any) -> Any:
+    """A copy of NodeDef `node` without the attributes that only give a variable its initial value."""
+    copy = type(node)()
+    copy.CopyFrom(node)
+    for key in INITIAL_VALUE_ATTRS:
+        if key in copy.attr:
+            del copy.attr[key]
+    return copy
+
+
+def _fingerprint(graph: "Graph", nodes: list[Any], initial: frozenset[str] = frozenset()) -> str:
     functions = {f.signature.name: f for f in graph.library.function} if graph.library is not None else {}
     canonical: dict[str, str] = {}
 
-    def canon(node_like: Any) -> bytes:
+    def canon(node_like: Any, top: bool = False) -> bytes:
         copy = type(node_like)()
         copy.CopyFrom(node_like)
         if "_output_shapes" in copy.attr:
             del copy.attr["_output_shapes"]
+        if top and copy.name in initial:
+            copy = without_initial_values(copy)
         for key in sorted(copy.attr):            # protobuf maps iterate in no fixed order
             _rename_functions(copy.attr[key], functions, canonical)
         return copy.SerializeToString(deterministic=True)
 
     h = hashlib.sha256()
     for node in nodes:
-        h.update(canon(node))
+        h.update(canon(node, True))
     done: set[str] = set()
     while len(done) < len(canonical):            # bodies of the functions used, in first-use order
         for name in [n for n in canonical if n not in done]:

@@ -19,6 +19,12 @@ CONTROL_FLOW_OPS = frozenset({"Enter", "Exit", "Merge", "Switch", "NextIteration
                               "RefEnter", "RefExit", "RefMerge", "RefSwitch", "RefNextIteration"})
 
 
+# Ops that write a lookup table (its initialisers, imports and inserts) through their first input.
+TABLE_WRITERS = frozenset({"InitializeTable", "InitializeTableV2", "InitializeTableFromTextFile",
+                           "InitializeTableFromTextFileV2", "InitializeTableFromDataset", "LookupTableImport",
+                           "LookupTableImportV2", "LookupTableInsert", "LookupTableInsertV2", "LookupTableRemoveV2"})
+
+
 def is_variable_writer(op_type: str) -> bool:
     return op_type in _WRITER_EXACT or op_type.startswith(_WRITER_PREFIXES)
 

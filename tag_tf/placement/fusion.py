@@ -104,9 +104,9 @@ def sync_levels(analysis: Analysis) -> Mapping[str, int]:
             partial = ref.index < len(outs) and outs[ref.index].kind is Kind.PARTIAL
             stays = (i < len(requires) and requires[i].kind is Kind.PARTIAL and group is not None
                      and group_of.get(ref.op) == group and not on_server)
-            best = max(best, level[ref.op] + (1 if partial and not stays else 0))
+            best = max(best, level.get(ref.op, 0) + (1 if partial and not stays else 0))   # 0: a back edge
         for c in op.control_inputs:
-            best = max(best, level[c])
+            best = max(best, level.get(c, 0))
         level[name] = best
     return level
 

@@ -230,8 +230,8 @@ def resolve(analysis: Analysis, strategy: Strategy, num_devices: int) -> Placeme
         lay = layouts[a]
         if lay.mode is Mode.SINGLE:
             layouts[name] = lay
-        elif opsets.is_variable_writer(graph.op(name).type):
-            layouts[name] = Layout(Mode.DUPLICATED, lay.devices)   # write every copy
+        elif opsets.is_variable_writer(graph.op(name).type) or graph.op(name).type in opsets.TABLE_WRITERS:
+            layouts[name] = Layout(Mode.DUPLICATED, lay.devices)   # write every copy (of a variable or table)
         else:
             layouts[name] = single(lay.devices[0])
     return Placement(layouts, batch, dynamic)

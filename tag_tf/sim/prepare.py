@@ -240,8 +240,8 @@ def _edge_arrays(analysis: Analysis, index: dict[str, int]) -> tuple[dict[str, A
         dst = index[h]
         ann = analysis.annotations[member]
         for i, ref in enumerate(op.inputs):
-            if ref.op not in host:
-                continue
+            if ref.op not in host or graph.op(ref.op).type in ("NextIteration", "RefNextIteration"):
+                continue        # a TF1 loop's back edge: the task graph stays a DAG
             src = index[host[ref.op]]
             if src == dst:
                 continue

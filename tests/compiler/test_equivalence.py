@@ -221,7 +221,6 @@ def control_flow_net(batch: int, v2: bool = True):
 
 def test_functional_control_flow_runs_whole_and_stays_exact():
     from tag_tf.analysis import analyze
-    from tag_tf.errors import CompileError
     from tag_tf.profile.weights import reference_weights
 
     a = analyze(PassContext(), control_flow_net(8), rebuild=control_flow_net, weight_fn=reference_weights)
@@ -233,11 +232,15 @@ def test_functional_control_flow_runs_whole_and_stays_exact():
         compiled = compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(3), check=True)
         result = check_equivalence(a, compiled, lambda s: data[s], STEPS)
         assert result.ok, result.max_rel_diff
+    # TF1 control flow (Switch/Merge/Enter/Exit frames) runs whole too, each copy of a loop in its own frame.
     v1 = analyze(PassContext(), control_flow_net(8, v2=False), rebuild=lambda b: control_flow_net(b, v2=False),
                  weight_fn=reference_weights)
-    with pytest.raises(CompileError, match="v1 control flow"):
-        compile_strategy(PassContext(), v1, Strategy.uniform(len(v1.grouping.groups), (0, 1), Option.ALLREDUCE),
-                         DeviceMap.local_cpus(2))
+    assert v1.unclassified() == []
+    for seed in range(2):
+        strategy = random_strategy(len(v1.grouping.groups), 3, np.random.default_rng(seed))
+        compiled = compile_strategy(PassContext(), v1, strategy, DeviceMap.local_cpus(3), check=True)
+        result = check_equivalence(v1, compiled, lambda s: data[s], STEPS)
+        assert result.ok, result.max_rel_diff
 
 
 def branchy_net(batch: int):

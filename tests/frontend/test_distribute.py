@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tag_tf
-from tag_tf.errors import ClusterError, CompileError, GraphError, StrategyError, TagError, TopologyError
+from tag_tf.errors import ClusterError, GraphError, StrategyError, TagError, TopologyError
 
 tf = pytest.importorskip("tensorflow")
 
@@ -500,38 +500,37 @@ def test_assign_based_training_is_distributed(cache, fallback):
 
 
 def test_fallback_single_trains_undistributed_with_one_warning(cache, caplog):
-    """A training graph tag_tf refuses (TF1 v1 control flow) trains on the user's session with
-    fallback="single", after one warning naming the op; with the default it fails, naming it."""
+    """A training graph tag_tf refuses (feeds of unequal batch sizes: 2n rows of labels for n samples
+    concatenated twice) trains on the user's session with fallback="single", after one warning
+    naming the feeds; with the default it fails, naming them."""
     def graph():
         g = tf.Graph()
         with g.as_default():
-            tf.compat.v1.disable_control_flow_v2()
-            try:
-                x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
-                w = tf.compat.v1.get_variable("w", [3])
-                h = tf.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, v * 1.5), [0, x * w])[1]
-                loss = tf.reduce_mean(tf.square(h))
-                train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
-            finally:
-                tf.compat.v1.enable_control_flow_v2()
-        return g, x, w, train
-    g, x, w, train = graph()
+            x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+            y = tf.compat.v1.placeholder(tf.float32, [None, 3], name="y")
+            w = tf.compat.v1.get_variable("w", [3])
+            h = tf.concat([x * w, x * w * 2.0], 0)
+            loss = tf.reduce_mean(tf.square(h - y))
+            train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        return g, x, y, w, train
+    feed = lambda x, y: {x: np.ones((4, 3)), y: np.zeros((8, 3))}     # noqa: E731
+    g, x, y, w, train = graph()
     with dist(cache), tf.compat.v1.Session(graph=g) as sess:
         sess.run(w.initializer)
-        with pytest.raises(CompileError, match=r"is TF1 v1 control flow"):
-            sess.run(train, {x: np.ones((4, 3))})
+        with pytest.raises(GraphError, match=r"batch inputs 'x:0', 'y:0' do not share one batch size"):
+            sess.run(train, feed(x, y))
     assert not os.path.exists(cache) or not os.listdir(cache)   # refused before planning: nothing cached
-    g, x, w, train = graph()
+    g, x, y, w, train = graph()
     with caplog.at_level("WARNING", logger="tag_tf.distribute"):
         with dist(cache, fallback="single") as scope, tf.compat.v1.Session(graph=g) as sess:
             sess.run(w.initializer)
             before = sess.run(w)
             for _ in range(2):
-                sess.run(train, {x: np.ones((4, 3))})
+                sess.run(train, feed(x, y))
             assert not np.allclose(sess.run(w), before)       # it trained, on the user's session
     assert scope.plans == []
     warnings = [r for r in caplog.records if "fallback='single'" in r.getMessage()]
-    assert len(warnings) == 1 and "v1 control flow" in warnings[0].getMessage()
+    assert len(warnings) == 1 and "do not share one batch size" in warnings[0].getMessage()
 
 
 def test_bad_fallback_is_refused():
@@ -539,25 +538,47 @@ def test_bad_fallback_is_refused():
         tag_tf.distribute(fallback="maybe")
 
 
-def test_fetch_the_plan_cannot_provide(cache):
+def test_ops_created_after_training_run_on_one_device_with_the_trained_values(cache):
+    """A tutorial's ending: ops built after the training loop (an accuracy, a sum, an assign) run on
+    the user's session with the trained values; what they write reaches every distributed copy, and
+    training goes on in the distributed session."""
     model = Model()
     with dist(cache), tf.compat.v1.Session(graph=model.graph) as sess:
         sess.run(model.init)
-        train_with_session(model, 1, sess)
+        train_with_session(model, 2, sess)
+        trained = sess.run(model.weights[0])             # read from the distributed session
         with model.graph.as_default():
             late = tf.reduce_sum(model.weights[0], name="late_sum")   # created after training started
-        with pytest.raises(CompileError, match="cannot fetch 'late_sum:0'.*created after training started"):
-            sess.run(late)
-
-
-def test_batch_smaller_than_the_replicas(cache):
-    model = Model()
-    with dist(cache), tf.compat.v1.Session(graph=model.graph) as sess:
-        sess.run(model.init)
+            reset = tf.compat.v1.assign(model.weights[1], tf.ones([10]), name="late_reset")
+        assert sess.run(late) == pytest.approx(float(np.sum(trained)), rel=1e-6)
+        sess.run(reset)
+        np.testing.assert_array_equal(sess.run(model.weights[1]), np.ones(10))   # every copy got it
+        step = sess.run(model.step)
         train_with_session(model, 1, sess)
-        x, y = batch(0, n=1)
-        with pytest.raises(CompileError, match="cannot feed 'x:0' a batch of 1 sample.*over 2 replicas"):
-            sess.run(model.loss, {model.x: x, model.y: y})
+        assert sess.run(model.step) == step + 1
+        assert not np.array_equal(sess.run(model.weights[1]), np.ones(10))
+
+
+def test_batch_smaller_than_the_replicas_runs_on_one_device(cache):
+    """Predicting one example after training: the plan splits batches over 2 replicas, a batch of 1
+    runs on one device with the trained values (the plain program's result), and so does a training
+    step on it (its update reaches the distributed copies)."""
+    def run(distributed: bool) -> tuple[float, list[np.ndarray]]:
+        model = Model()
+        context = dist(cache) if distributed else contextlib.nullcontext()
+        with context, tf.compat.v1.Session(graph=model.graph) as sess:
+            sess.run(model.init)
+            train_with_session(model, 2, sess)
+            x, y = batch(5, n=1)
+            one = float(sess.run(model.loss, {model.x: x, model.y: y}))
+            sess.run(model.train, {model.x: x, model.y: y})
+            train_with_session(model, 1, sess)
+            return one, values(sess, model)
+
+    plain, distributed = run(False), run(True)
+    assert distributed[0] == pytest.approx(plain[0], rel=1e-5)
+    for a, b in zip(plain[1], distributed[1]):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
 
 
 def test_unreachable_cluster(cache, tmp_path):
@@ -601,8 +622,9 @@ def test_runs_on_a_cluster(cache):
 
 
 def test_several_train_ops(cache):
-    """Train ops fetched together in the first training run are compiled as one group; a train op
-    whose updates were not compiled is refused by name."""
+    """Train ops fetched together in the first training run are compiled as one group, with every
+    other train op of the graph: a later run of another one (a GAN's second optimizer) trains like
+    the plain run, whichever came first."""
     def build():
         g = tf.Graph()
         with g.as_default():
@@ -629,11 +651,10 @@ def test_several_train_ops(cache):
                 out.append(float(sess.run([[ops[k] for k in which], loss], {x: xb, y: yb})[1]))
             return out
 
-    plain = run("ab", "a")
-    with dist(cache):
-        np.testing.assert_allclose(run("ab", "a"), plain, rtol=RTOL)
-        with pytest.raises(TagError, match="fetching 'train_b' runs training updates .* outside the train op"):
-            run("a", "b")
+    for first, later in (("ab", "a"), ("a", "b"), ("b", "ab")):
+        plain = run(first, later)
+        with dist(cache):
+            np.testing.assert_allclose(run(first, later), plain, rtol=RTOL)
 
 
 @pytest.mark.parametrize("devices", [2, 4])

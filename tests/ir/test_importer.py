@@ -145,6 +145,38 @@ def test_fingerprint_ignores_function_counters_and_shape_annotations():
     assert len(fingerprints) == 1
 
 
+def _keras_graph(seed: int, units: int = 4, initial: float = 0.0):
+    """A tf.keras Dense layer in graph mode: Keras 2.15 draws its initialiser's seed from `random`."""
+    import random
+
+    import tensorflow as tf
+
+    random.seed(seed)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+        y = tf.keras.layers.Dense(units)(x)
+        shift = tf.compat.v1.get_variable("shift", [], initializer=tf.constant_initializer(initial))
+        loss = tf.reduce_mean(tf.square(y + shift), name="loss")
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train_op")
+    return from_graph_def(g.as_graph_def())
+
+
+def test_fingerprint_ignores_values_only_initialisation_reads():
+    """Keras seeds its initialisers from Python's `random`: one script builds other seed constants in
+    every process. Values only variable initialisers read do not change the computation (sessions
+    load every variable anyway): the fingerprint ignores them, and nothing else."""
+    a, b = _keras_graph(1), _keras_graph(2)
+    seeds = [n for n in a.initial_value_ops() if a.op(n).type == "Const" and "seed" in n]
+    assert seeds and all(a.attr(n, "value").tolist() != b.attr(n, "value").tolist() for n in seeds)
+    assert a.fingerprint == b.fingerprint
+    assert _keras_graph(1, initial=5.0).fingerprint == a.fingerprint          # another initial value
+    assert _keras_graph(1, units=5).fingerprint != a.fingerprint             # another model
+    # What training reads is never an initial value (the loss, the learning rate, the inputs).
+    train = a.ancestors([a.meta.train_op])
+    assert not (a.initial_value_ops() & train)
+
+
 def test_queue_inputs_get_shapes_from_the_queue():
     import tensorflow as tf
 
