@@ -7,12 +7,15 @@ The one line most users need::
 
 The pipeline underneath, for programs that drive it themselves::
 
-    graph = tag_tf.ir.from_graph_def(graph_def)                    # IR
-    analysis = tag_tf.analyze(tag_tf.PassContext(), graph,         # batch dims, categories, groups
-                              weight_fn=tag_tf.reference_weights)  # METIS weights: op compute times
-    sim = tag_tf.Simulator(analysis, tag_tf.load_topology("testbed"))
-    report = sim.simulate(strategy)                                # predicted iteration (simulated)
-    compiled = tag_tf.compile_strategy(ctx, analysis, strategy, tag_tf.DeviceMap.local_cpus(4))
+    model = tag_tf.build_model("mlp", batch_size=32)                # or any TF1 GraphDef + MetaGraphDef
+    graph = tag_tf.ir.from_graph_def(model.graph_def, model.meta_graph_def)     # IR
+    ctx = tag_tf.PassContext()
+    analysis = tag_tf.analyze(ctx, graph, weight_fn=tag_tf.reference_weights)   # batch dims, groups
+    topology = tag_tf.load_topology("testbed")
+    dp = tag_tf.Strategy.uniform(len(analysis.grouping.groups), range(topology.num_devices))
+    report = tag_tf.Simulator(analysis, topology).simulate(dp)    # predicted iteration (simulated)
+    local = tag_tf.Strategy.uniform(len(analysis.grouping.groups), range(4))
+    compiled = tag_tf.compile_strategy(ctx, analysis, local, tag_tf.DeviceMap.local_cpus(4))
 
 Names are imported on first use, so `import tag_tf` stays cheap (TensorFlow loads when needed).
 """
@@ -31,7 +34,7 @@ _EXPORTS = {
     "GroupPlan": "tag_tf.strategy",
     "Option": "tag_tf.strategy",
     "Topology": "tag_tf.topology.spec",
-    "load_topology": "tag_tf.topology.parse",
+    "load_topology": "tag_tf.topology.load",
     "Simulator": "tag_tf.sim.simulator",
     "compile_strategy": "tag_tf.compiler",
     "DeviceMap": "tag_tf.compiler",
@@ -42,7 +45,7 @@ __all__ = sorted(_EXPORTS)
 
 
 # Submodules users reach as attributes (`tag_tf.estimator.distributed(...)`), also imported on first use.
-_SUBMODULES = frozenset({"estimator", "errors", "models"})
+_SUBMODULES = frozenset({"estimator", "errors", "ir", "models"})
 
 
 def __getattr__(name: str):

@@ -43,6 +43,12 @@ class DemoResult:
     losses_tag: list[float]
     max_rel_loss_diff: float
     out_dir: str
+    noise_floor: float = 0.0                 # the plain run against itself on row-permuted batches
+    local_plan: str = ""                     # how the local plan was made (mapped from the testbed plan, or dp)
+    ops_per_device: dict[str, int] = dataclasses.field(default_factory=dict)   # compiled ops on each device
+    collectives: int = 0                     # all-reduces per step in the compiled graph
+    max_rel_weight_diff: float = 0.0         # trained variables, tag_tf against plain
+    weight_noise_floor: float = 0.0          # trained variables, plain against permuted rows
 
 
 def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget_s: float = 40.0,
@@ -79,7 +85,8 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     sim = Simulator(analysis, topology)
     result = mcts_search(sim, topology, MctsOptions(budget_s=budget_s, progress=True))
     labels = {"dp": "DP-NCCL (dp)", "dp-p": "DP-NCCL-P (dp-p)", "horovod": "Horovod (horovod)",
-              "horovod-p": "Horovod-P (horovod-p)", "heterog": "HeteroG (heterog)"}
+              "horovod-p": "Horovod-P (horovod-p)", "heterog": "HeteroG (heterog)",
+              "best-subset": "Best subset (best-subset)"}
     times = {labels.get(k, k): v * 1e3 for k, v in result.baselines.items()}
     times["tag_tf (auto)"] = result.iteration_time_s * 1e3
     physics = ("datasheet constants" if sim.calibration is None
@@ -103,21 +110,28 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
               f"{model} on {cluster}: data parallelism, {times['DP-NCCL (dp)']:.1f} ms (simulated)")
 
     # 3. Real training on local virtual devices --------------------------------------------------
+    plan_local, how = _local_plan(result.strategy, topology, model)
     say(f"3. train {steps} steps for real on this machine: {LOCAL_DEVICES} virtual CPU devices through "
-        f"tag_tf.distribute, next to a plain single-device run")
-    plain = _train(model, steps, distributed=False)
-    with _distributed(out_dir) as dist:
-        tagged = _train(model, steps, distributed=True)
-    local_plan = dist.plans[0].strategy if dist.plans else None
-    if local_plan is not None:
-        local_plan.save(os.path.join(out_dir, "plan_local.json"))
-    say(f"     {'step':>4}  {'single device':>14}  {'tag_tf, ' + str(LOCAL_DEVICES) + ' devices':>18}")
+        f"tag_tf.distribute with {how}, next to a plain single-device run")
+    plain, plain_w = _train(model, steps)
+    permuted, permuted_w = _train(model, steps, permute=True)
+    noise, noise_w = _rel_diff(plain, permuted), _weights_diff(plain_w, permuted_w)
+    with _distributed(out_dir, plan_local) as dist:
+        tagged, tagged_w = _train(model, steps)
+    program = dist.programs[0]
+    program.plan.strategy.save(os.path.join(out_dir, "plan_local.json"))
+    where = _ops_per_device(program)
+    collectives = int(program.compiled.stats.get("allreduce", 0))
+    say("     ran: " + ", ".join(f"{n} ops on {d}" for d, n in where.items()) + f"; {collectives} all-reduces a step")
+    say(f"     {'step':>4}  {'single device':>14}  {'tag_tf, ' + str(len(where)) + ' devices':>18}")
     for i, (a, b) in enumerate(zip(plain, tagged)):
         say(f"     {i + 1:>4}  {a:>14.6f}  {b:>18.6f}")
-    diff = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(plain, tagged))
-    say(f"     largest relative loss difference: {diff:.2e}")
+    diff, diff_w = _rel_diff(plain, tagged), _weights_diff(plain_w, tagged_w)
+    say(f"     largest relative difference: losses {diff:.2e}, trained variables {diff_w:.2e}; noise floor (the plain "
+        f"run on the same batches, each batch's rows permuted): {noise:.2e}, {noise_w:.2e}")
 
-    demo = DemoResult(times, result.speedup_over_dp, plain, tagged, diff, out_dir)
+    demo = DemoResult(times, result.speedup_over_dp, plain, tagged, diff, out_dir, noise, how, where, collectives,
+                      diff_w, noise_w)
     _write_report(out_dir, demo, model, topology, rep, rows, result, time.perf_counter() - start)
     say(f"4. report: {os.path.join(out_dir, 'report.md')} (plan.json, plan_local.json, timeline.png, "
         f"timeline_dp.png, trace.json) - {time.perf_counter() - start:.0f} s in all")
@@ -164,17 +178,66 @@ def _timeline(sim: Simulator, strategy: Strategy, png: str, title: str, trace: s
         write_chrome_trace(trace, graph, result)
 
 
+def _local_plan(plan: Strategy, topology: Topology, model: str) -> tuple[Any, str]:
+    """The testbed plan's structure on the LOCAL_DEVICES local devices: testbed GPU i becomes local
+    device i mod LOCAL_DEVICES, so a group keeps its option and (up to LOCAL_DEVICES) its replica
+    count: a group replicated over 4 V100s is replicated over 4 local devices, one spanning two
+    machines' GPUs over 2; when that uses at least two devices and fits the local graph's groups.
+    Else data parallelism."""
+    from tag_tf.analysis import analyze
+    from tag_tf.context import PassContext
+    from tag_tf.errors import StrategyError
+    from tag_tf.frontend.loading import model_ir
+    from tag_tf.models import build_model
+    from tag_tf.profile.weights import reference_weights
+    from tag_tf.strategy import GroupPlan, Strategy
+
+    fallback = f"data parallelism (dp) over all {LOCAL_DEVICES}"
+    if plan.op_groups is not None:
+        return "dp", fallback + " (the testbed plan refines the op groups: they do not map onto the local graph's)"
+    groups = tuple(GroupPlan(tuple(sorted({d % LOCAL_DEVICES for d in g.devices})), g.option) for g in plan.groups)
+    used = sorted({d for g in groups for d in g.devices})
+    if len(used) < 2:
+        return "dp", fallback + " (the testbed plan maps onto one local device)"
+    mapped = Strategy(groups, name="testbed plan on local devices", fusion_bytes=plan.fusion_bytes,
+                      sync_after_backward=plan.sync_after_backward)
+    analysis = analyze(PassContext(), model_ir(build_model(model, dropout=0.0)), weight_fn=reference_weights)
+    try:
+        mapped.validate(len(analysis.grouping.groups), LOCAL_DEVICES)
+        analysis.check_groups(mapped)
+    except StrategyError as e:
+        return "dp", f"{fallback} ({e})"
+    replicated = sum(1 for g in groups if len(g.devices) > 1 and g.option.value in ("allreduce", "ps"))
+    return mapped, (f"the testbed plan's structure mapped onto them (testbed GPU i -> local device i mod "
+                    f"{LOCAL_DEVICES}: {len(groups)} groups, {replicated} replicated with the batch split, on devices "
+                    f"{used})")
+
+
 @contextlib.contextmanager
-def _distributed(out_dir: str):
+def _distributed(out_dir: str, strategy: Any):
     import tag_tf
 
-    with tag_tf.distribute(strategy="auto", topology=f"local:{LOCAL_DEVICES}",
+    with tag_tf.distribute(strategy=strategy, topology=f"local:{LOCAL_DEVICES}",
                            cache_dir=os.path.join(out_dir, "cache")) as dist:
         yield dist
 
 
-def _train(model: str, steps: int, distributed: bool) -> list[float]:
-    """Ordinary TF1 training code: import the model's graph, initialise, run the train op."""
+def _ops_per_device(program: Any) -> dict[str, int]:
+    """Ops of the compiled graph on each device (short device names), in device order."""
+    counts: dict[str, int] = {}
+    for node in program.compiled.graph_def.node:
+        short = node.device.rsplit("/", 1)[-1].replace("device:", "") or "unplaced"
+        counts[short] = counts.get(short, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _rel_diff(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b))
+
+
+def _train(model: str, steps: int, permute: bool = False) -> tuple[list[float], dict[str, np.ndarray]]:
+    """Ordinary TF1 training code: import the model's graph, initialise, run the train op
+    (`permute`: each batch's rows in another order, the same math summed in another order)."""
     import tensorflow as tf
 
     from tag_tf.models import build_model
@@ -183,16 +246,36 @@ def _train(model: str, steps: int, distributed: bool) -> list[float]:
     m = build_model(model, dropout=0.0)
     rng = np.random.default_rng(0)
     batches = [m.feed(rng) for _ in range(steps)]
+    if permute:
+        order = np.random.default_rng(1).permutation(len(next(iter(batches[0].values()))))
+        batches = [{k: np.asarray(v)[order] if np.ndim(v) else v for k, v in b.items()} for b in batches]
+    from tensorflow.core.framework import variable_pb2
+
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.import_graph_def(m.graph_def, name="")
+    reads = {}                  # trainable variable -> the tensor its reads come from
+    for raw in m.meta_graph_def.collection_def["trainable_variables"].bytes_list.value:
+        vd = variable_pb2.VariableDef()
+        vd.ParseFromString(raw)
+        reads[vd.variable_name.split(":")[0]] = vd.snapshot_name
     losses = []
     with tf.compat.v1.Session(graph=graph, config=session_config(1)) as sess:
         sess.run(m.init_op)
         for feed in batches:
             _, loss = sess.run([m.train_op, m.loss], feed)
             losses.append(float(loss))
-    return losses
+        values = dict(zip(reads, sess.run(list(reads.values()))))
+    return losses, values
+
+
+def _weights_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    """Largest difference of the trained variables, each relative to the larger of its own and a
+    typical variable's magnitude (runtime.variables)."""
+    from tag_tf.runtime.variables import max_rel_diff, typical_magnitude
+
+    names = sorted(a)
+    return max_rel_diff(a, b, names, typical_magnitude(a, names))[0]
 
 
 def _write_report(out_dir: str, demo: DemoResult, model: str, topology: Topology, analysis: dict[str, Any],
@@ -232,14 +315,19 @@ def _write_report(out_dir: str, demo: DemoResult, model: str, topology: Topology
         "",
         "## 3. Real training on this machine",
         "",
-        f"{len(demo.losses_plain)} steps on {LOCAL_DEVICES} virtual CPU devices through `tag_tf.distribute` "
-        "(plan in `plan_local.json`) next to a plain single-device run:",
+        f"{len(demo.losses_plain)} steps on {LOCAL_DEVICES} virtual CPU devices through `tag_tf.distribute` with "
+        f"{demo.local_plan} (plan in `plan_local.json`), next to a plain single-device run. What ran where: "
+        + ", ".join(f"{n} ops on {d}" for d, n in demo.ops_per_device.items())
+        + f"; {demo.collectives} all-reduces a step.",
         "",
         "| step | single device | tag_tf |",
         "|---|---|---|",
         *[f"| {i + 1} | {a:.6f} | {b:.6f} |" for i, (a, b) in enumerate(zip(demo.losses_plain, demo.losses_tag))],
         "",
-        f"Largest relative loss difference: {demo.max_rel_loss_diff:.2e}.",
+        f"Largest relative difference from the plain run: losses {demo.max_rel_loss_diff:.2e}, trained variables "
+        f"{demo.max_rel_weight_diff:.2e}. Noise floor (the plain run on the same batches, each batch's rows "
+        f"permuted: float32 summed in another order): losses {demo.noise_floor:.2e}, trained variables "
+        f"{demo.weight_noise_floor:.2e}.",
         "",
         f"Demo time: {seconds:.0f} s.",
     ]

@@ -96,12 +96,12 @@ def strategy_from_spec(spec: str, analysis: Analysis, topology: Topology, *, see
                        check_topology: bool = True, budget_s: float = 10.0, sim: Simulator | None = None
                        ) -> Strategy:
     """`--strategy`: a baseline ("dp", "dp-p", "horovod", "horovod-p"; "heterog" is searched for
-    `budget_s` seconds), "random" (seeded), any of those with "+sfb" (sufficient factor broadcasting
+    `budget_s` seconds; "best-subset": Horovod-P on the fastest machines, the best count simulated), "random" (seeded), any of those with "+sfb" (sufficient factor broadcasting
     applied where it simulates faster) or a strategy JSON file, checked against the graph (and,
     with `check_topology`, the topology it was made for)."""
     import numpy as np
 
-    from tag_tf.search.baselines import BASELINES, baseline, random_strategy
+    from tag_tf.search.baselines import BASELINES, BEST_SUBSET, baseline, best_subset, random_strategy
     from tag_tf.strategy import Strategy
 
     n = len(analysis.grouping.groups)
@@ -122,6 +122,11 @@ def strategy_from_spec(spec: str, analysis: Analysis, topology: Topology, *, see
         from tag_tf.sim.simulator import Simulator
 
         return heterog(sim or Simulator(analysis, topology), topology, budget_s)
+    if spec == BEST_SUBSET:
+        from tag_tf.search.moves import Evaluator
+        from tag_tf.sim.simulator import Simulator
+
+        return best_subset(Evaluator(sim or Simulator(analysis, topology)), n, topology)[0]
     if spec == "random":
         return random_strategy(n, topology.num_devices, np.random.default_rng(seed))
     strategy = Strategy.load(spec)
@@ -130,7 +135,7 @@ def strategy_from_spec(spec: str, analysis: Analysis, topology: Topology, *, see
     return strategy
 
 
-STRATEGY_HELP = ("dp | dp-p | horovod | horovod-p | heterog | random (each also with +sfb, e.g. dp+sfb) | "
+STRATEGY_HELP = ("dp | dp-p | horovod | horovod-p | heterog | best-subset | random (each also with +sfb, e.g. dp+sfb) | "
                  "a strategy JSON file")
 FUSION_HELP = ("gradient buckets: 'none' (one reduction per tensor), a size such as 64MiB, or 'auto' (the "
                "size that simulates fastest); default: what the strategy says")

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tag_tf.planning")
 
-BASELINE_REQUESTS = ("dp", "dp-p", "horovod", "horovod-p", "heterog")
+BASELINE_REQUESTS = ("dp", "dp-p", "horovod", "horovod-p", "heterog", "best-subset")
 SFB = "+sfb"                    # a baseline with sufficient factor broadcasting applied (search/sfb.py)
 PLANNED = ("auto", *BASELINE_REQUESTS, *(b + SFB for b in BASELINE_REQUESTS))
 CACHE_FORMAT = "tag_tf.plan/2"
@@ -151,7 +151,8 @@ def stored_costs_for(analysis: Analysis, topology: Topology, db: ProfileDB | str
 def baseline(name: str, analysis: Analysis, topology: Topology, budget_s: float | None = None,
              calibration: Any = "default", costs: StoredCosts | None = None) -> Strategy:
     """The named baseline for this analysis on this topology, stamped with both ("heterog" is
-    searched for `budget_s` seconds)."""
+    searched for `budget_s` seconds; "best-subset" simulates Horovod-P on the k fastest machines for
+    every k)."""
     from tag_tf.search import baselines
 
     if name.endswith(SFB):
@@ -168,6 +169,11 @@ def baseline(name: str, analysis: Analysis, topology: Topology, budget_s: float 
 
             strategy = heterog(simulator(analysis, topology, calibration, costs), topology,
                                DEFAULT_BUDGET_S if budget_s is None else budget_s)
+        elif name == baselines.BEST_SUBSET:
+            from tag_tf.search.moves import Evaluator
+
+            sim = simulator(analysis, topology, calibration, costs)
+            strategy = baselines.best_subset(Evaluator(sim), len(analysis.grouping.groups), topology)[0]
         else:
             strategy = baselines.baseline(name, len(analysis.grouping.groups), topology)
     except ValueError as e:

@@ -1,10 +1,11 @@
 """Baseline strategies: the paper's DP-NCCL and DP-NCCL-P, Horovod (DP with fused gradient buckets)
 and its proportional variant, plus seeded random strategies (tests, and the search's starting
-points). HeteroG's searched baseline lives in tag_tf/search/heterog.py."""
+points), and the best-subset baseline (Horovod-P on the fastest machines). HeteroG's searched baseline
+lives in tag_tf/search/heterog.py."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -70,7 +71,37 @@ def device_capacities(topology: Topology) -> list[float]:
             for d in topology.devices]
 
 
-BASELINES = ("dp", "dp-p", "horovod", "horovod-p")   # fixed rules; "heterog" is searched
+BASELINES = ("dp", "dp-p", "horovod", "horovod-p")   # fixed rules; "heterog" and "best-subset" are searched
+BEST_SUBSET = "best-subset"
+
+
+def machine_subsets(topology: Topology) -> list[tuple[int, ...]]:
+    """The devices of the k fastest machines, for k = 1..machines (a machine's speed: the mean
+    capacity of its devices; ties keep the topology's order)."""
+    caps = device_capacities(topology)
+    speed = {m: float(np.mean([caps[d] for d in range(topology.num_devices) if topology.devices[d].machine == m]))
+             for m in range(topology.num_machines)}
+    order = sorted(speed, key=lambda m: -speed[m])
+    return [tuple(d for d in range(topology.num_devices) if topology.devices[d].machine in set(order[:k]))
+            for k in range(1, len(order) + 1)]
+
+
+def best_subset(cost: Callable[[Strategy], float], num_groups: int, topology: Topology) -> tuple[Strategy, float]:
+    """The baseline a user tries first on a mixed cluster (Sailor's observation: leave the slow
+    machines out): Horovod-fused data parallelism with batch shares proportional to capacity, on
+    the k fastest machines, for the k whose plan `cost` (a simulator) rates fastest. Returns the
+    plan and its cost (inf when no subset fits)."""
+    caps = np.asarray(device_capacities(topology), dtype=float)
+    shares = tuple(float(c) for c in caps / caps.sum())
+    best: tuple[Strategy | None, float] = (None, float("inf"))
+    for devices in machine_subsets(topology):
+        plan = Strategy.uniform(num_groups, devices, Option.ALLREDUCE, shares=shares, name=BEST_SUBSET,
+                                fusion_bytes=HOROVOD_FUSION_BYTES)
+        t = cost(plan)
+        if best[0] is None or t < best[1]:
+            best = (plan, t)
+    assert best[0] is not None       # a topology has at least one machine
+    return best[0], best[1]
 
 
 def baseline(name: str, num_groups: int, topology: Topology, **kw) -> Strategy:

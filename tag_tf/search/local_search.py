@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from tag_tf.search.baselines import BASELINES, baseline, device_capacities
+from tag_tf.search.baselines import BASELINES, BEST_SUBSET, baseline, best_subset, device_capacities
 from tag_tf.search.heterog import heterog_search
 from tag_tf.search.moves import (Deadline, Evaluator, candidate_device_sets, coupled_blocks, improve,
                                  tune_fusion)
@@ -59,7 +59,8 @@ def local_search(sim: Simulator, topology: Topology, *, budget_s: float = 30.0, 
         starts = {**fixed, "heterog": found}
     else:
         times["heterog"] = float("inf")
-        starts = fixed
+        starts = dict(fixed)
+    starts[BEST_SUBSET], times[BEST_SUBSET] = best_subset(cost, n_groups, topology)
     best_name = min(times, key=times.__getitem__)
     current, best = starts[best_name], times[best_name]
     if current.sync_after_backward:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from tag_tf.search.baselines import BASELINES, baseline, device_capacities
+from tag_tf.search.baselines import BASELINES, BEST_SUBSET, baseline, best_subset, device_capacities
 from tag_tf.search.heterog import heterog_search
 from tag_tf.search.moves import (Deadline, Evaluator, _progress, candidate_device_sets, coupled_blocks, improve,
                                  tune_fusion)
@@ -173,6 +173,7 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
         fixed["heterog"] = found
     else:
         times["heterog"] = math.inf
+    fixed[BEST_SUBSET], times[BEST_SUBSET] = best_subset(cost, n_groups, topology)
     best_name = min(times, key=times.__getitem__)
     reference = times[best_name]
     dp_time = times["dp"]

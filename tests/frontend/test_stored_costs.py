@@ -20,8 +20,10 @@ def run_json(capsys, *argv):
 
 
 def plan(capsys, db, *extra, topology="local:2"):
-    return run_json(capsys, "plan", "--model", "mlp", "--tiny", "--topology", topology, "--budget-s", "2",
-                    "--profile-db", str(db), "--json", *extra)
+    # Bounded by iterations, not by the clock: two plans of one setup are the same plan however busy
+    # the machine is.
+    return run_json(capsys, "plan", "--model", "mlp", "--tiny", "--topology", topology, "--budget-s", "120",
+                    "--iterations", "150", "--profile-db", str(db), "--json", *extra)
 
 
 def two_cpu_machines(tmp_path):

@@ -115,7 +115,7 @@ def test_never_slower_than_the_best_baseline_and_says_when_it_falls_back():
     topo = load_topology("testbed")
     sim = Simulator(a, topo)
     result = mcts_search(sim, topo, MctsOptions(budget_s=5, seed=1))
-    assert set(result.baselines) == {*BASELINES, "heterog"}
+    assert set(result.baselines) == {*BASELINES, "heterog", "best-subset"}
     assert result.iteration_time_s <= min(result.baselines.values())
     none = mcts_search(sim, topo, MctsOptions(budget_s=0, seed=1))      # no search at all
     assert none.fell_back and none.iteration_time_s == min(none.baselines.values())

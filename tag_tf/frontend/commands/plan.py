@@ -154,6 +154,7 @@ def run(args) -> int:
            "lower_bound_s": sim.lower_bound_s(),
            "baselines": {k: _seconds(v) for k, v in result.baselines.items()},
            "speedup_vs_dp": result.speedup_over_dp, "speedup_vs_best_baseline": result.speedup_over_best_baseline,
+           "speedup_vs_best_subset": result.speedup_over("best-subset"),
            **search_info, "planning_time_s": round(seconds, 3), "simulations": simulations, "oom": False,
            "cost_sources": dict(sim.costs.source), "profiles": dict(costs.files) if costs else {},
            "evaluations": simulations, "search_s": round(seconds, 2),
@@ -169,7 +170,7 @@ def run(args) -> int:
           f"(simulated), {speedup}; compute lower bound {sim.lower_bound_s() * 1e3:.2f} ms "
           f"({simulations} strategies in {seconds:.1f} s, {search_info['search']} search)")
     for name, t in result.baselines.items():
-        print(f"  {name:<10} {_ms(t)}")
+        print(f"  {name:<11} {_ms(t)}")
     if sfb["enabled"]:
         print(f"  SFB: {sfb['kept']} of {sfb['gradients']} gradient synchronisations replaced by duplicated ops "
               f"({sfb['before_s'] * 1e3:.2f} -> {sfb['after_s'] * 1e3:.2f} ms simulated; SCIP "
