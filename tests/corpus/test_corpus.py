@@ -68,14 +68,6 @@ def test_batch_norm_with_per_replica_statistics(name, tmp_path):
 CLUSTER_PROGRAMS = ["bert_classifier", "lstm_lm", "wide_and_deep", "layers_bn"]
 
 
-@pytest.fixture(scope="module")
-def two_servers():
-    from tag_tf.runtime.cluster import local_cluster
-
-    with local_cluster(2, 1) as (spec, _):
-        yield spec
-
-
 @pytest.mark.parametrize("name", CLUSTER_PROGRAMS)
 def test_distributed_over_two_server_processes(name, two_servers, tmp_path):
     diff, noise = harness.compare(PROGRAMS[name], cluster=two_servers, **_distribute_kwargs(name, "dp", tmp_path))

@@ -109,14 +109,6 @@ def test_tutorial_trains_distributed_like_plain(name, strategy, topology, tmp_pa
     check(name, **kwargs)
 
 
-@pytest.fixture(scope="module")
-def two_servers():
-    from tag_tf.runtime.cluster import local_cluster
-
-    with local_cluster(2, 1) as (spec, _):
-        yield spec
-
-
 @pytest.mark.parametrize("name", TRAINING)
 def test_tutorial_trains_over_two_server_processes(name, two_servers, tmp_path):
     check(name, strategy="dp", cluster=two_servers, cache_dir=str(tmp_path))
