@@ -280,10 +280,14 @@ class Program:
         feed must be fed that shape."""
         if name in self.learned_shapes:
             check_learned_shape(name, self.learned_shapes[name], value)
-        if name in self.batch_inputs and np.ndim(value) and np.shape(value)[0] < self.replicas:
+        if self._too_small(name, value):
             raise CompileError(f"cannot feed {name!r} a batch of {np.shape(value)[0]} sample(s): the plan splits "
                                f"it over {self.replicas} replicas; feed at least {self.replicas} (e.g. drop "
                                f"the last partial batch)")
+
+    def _too_small(self, name: str, value: Any) -> bool:
+        """A fed batch with fewer samples than the plan's replicas."""
+        return name in self.batch_inputs and bool(np.ndim(value)) and np.shape(value)[0] < self.replicas
 
     def one_device_reason(self, targets: Sequence[str], fetches: Sequence[str], feeds: Mapping[str, Any],
                           training: bool) -> str | None:
@@ -296,7 +300,7 @@ class Program:
             if op not in self.ir:
                 return f"{name!r} was created after training started"
         for name, value in feeds.items():
-            if name in self.batch_inputs and np.ndim(value) and np.shape(value)[0] < self.replicas:
+            if self._too_small(name, value):
                 return (f"it feeds {name!r} {np.shape(value)[0]} sample(s), fewer than the plan's {self.replicas} "
                         f"replicas")
         if not training:
