@@ -6,6 +6,8 @@ for each model (the zoo's, as step_time.py builds them: dynamic batch, SGD with 
 same seeded initial values and batches everywhere), side by side in one run:
 
   plain            the unchanged program on the fastest host alone (no TF_CONFIG)
+  plain-as-written the same with TensorFlow's graph rewrites (Grappler) off: tag_tf runs a program
+                   so where its profile found the rewrites slower; any single-host run could too
   tag-auto         tag_tf.distribute(strategy="auto") on every host: the planner, on the cluster as
                    discovery measures it (each task's speed, every link)
   tag-dp, tag-dp-p, tag-horovod, tag-horovod-p   tag_tf's baselines on every host
@@ -19,7 +21,7 @@ step time (the simulator the planner judged plans with, on the discovered topolo
 one device, the plain program's), planning time and first step.
 
 Usage (root): python benchmarks/hetero_real.py [--quick] [--clusters compute,link,mixed]
-                  [--models mlp,cnn,transformer] [--batch 48] [--warmup 5] [--steps 15]
+                  [--models mlp,cnn,transformer] [--batch 48] [--warmup 5] [--steps 15] [--merge]
 Writes benchmarks/results/hetero_real.json (--quick: hetero_real_quick.json; --out: that file), the
 RESULTS.md section (--markdown '' skips it) and the plot beside the JSON (hetero_real.svg).
 """
@@ -60,7 +62,11 @@ def _model_kwargs() -> dict[str, dict]:
 
 
 TAG_ROWS = ("tag-auto", "tag-dp", "tag-dp-p", "tag-horovod", "tag-horovod-p")
-ROWS = ("plain", *TAG_ROWS, "mwms", "horovod")
+# plain: the program alone on the fastest host as its user runs it (TensorFlow's defaults); plain-as-written:
+# the same with TensorFlow's graph rewrites (Grappler) off, which tag_tf chooses where its profile measured
+# them slower (`OpProfile.runtime_fit`): a single-host program gets that without any plan.
+PLAIN_ROWS = ("plain", "plain-as-written")
+ROWS = (*PLAIN_ROWS, *TAG_ROWS, "mwms", "horovod")
 PROFILE_SIZES = (8, 16, 32)
 ROW_MARK = "HETERO_ROW "
 TIMEOUT_S = 600
@@ -80,8 +86,8 @@ def child(args: argparse.Namespace) -> dict:
 
         batches = step_time.batches_for(args.model, args.batch, args.warmup + args.steps)
         return peers.run_tf2("mwms-2proc", args.model, step_time.model_kwargs(args.model), batches, args.warmup)
-    if args.run == "plain":
-        return step_time.train(args.model, args, None)
+    if args.run in PLAIN_ROWS:
+        return step_time.train(args.model, args, None, as_written=args.run == "plain-as-written")
     return step_time.train(args.model, args, dict(strategy=args.run[len("tag-"):]), inspect=describe_run)
 
 
@@ -155,7 +161,7 @@ def _tail(lines: list[str], n: int = 3) -> str:
 def run_row(emu, row: str, model: str, args: argparse.Namespace, env: dict) -> dict:
     names = [h.name for h in emu.cluster.hosts]
     lines: list[str] = []
-    if row in ("plain", "profile"):           # the fastest host alone, no TF_CONFIG
+    if row in (*PLAIN_ROWS, "profile"):           # the fastest host alone, no TF_CONFIG
         p = emu.spawn(0, _argv(row, model, args), env=env, tf_config=False)
         try:
             out, _ = p.communicate(timeout=TIMEOUT_S)
@@ -221,7 +227,7 @@ def verdicts(data: dict) -> dict:
             t = {k: r["median_ms"] for k, r in rows.items() if isinstance(r, dict) and "median_ms" in r}
             if "tag-auto" not in t:
                 continue
-            baselines = {k: t[k] for k in ("plain", *TAG_ROWS[1:]) if k in t}
+            baselines = {k: t[k] for k in (*PLAIN_ROWS, *TAG_ROWS[1:]) if k in t}
             peers = {k: t[k] for k in ("mwms", "horovod") if k in t}
             best_base = min(baselines, key=baselines.get) if baselines else None
             v = {"auto_ms": t["tag-auto"], "best_baseline": best_base,
@@ -266,14 +272,16 @@ def render(data: dict) -> str:
     for cname, c in data["clusters"].items():
         hosts = ", ".join(f"{h['name']} {h['cpu_speed']:.2f}x" for h in c["measured"]["hosts"])
         links = sorted({f"{lk['bandwidth_bps'] / 1e6:.0f}" for lk in c["measured"]["links"]}, key=float)
-        lines += [f"**{cname}** — measured host speeds {hosts}; links {'/'.join(links)} Mbit/s", "",
+        when = f" (code {c['commit']}, {c['date']})" if c.get("commit") and c["commit"] != data["commit"] else ""
+        lines += [f"**{cname}**{when} — measured host speeds {hosts}; links {'/'.join(links)} Mbit/s", "",
                   "| model | " + " | ".join(ROWS) + " | auto's plan (hosts, shares) | auto predicted |",
                   "|---|" + "---|" * (len(ROWS) + 2)]
         for model, rows in c["models"].items():
             cells = []
             for row in ROWS:
                 r = rows.get(row, {})
-                cells.append(f"{r['median_ms']:.1f}" if "median_ms" in r else ("absent" if "absent" in r else "error"))
+                cells.append(f"{r['median_ms']:.1f}" if "median_ms" in r else
+                             "absent" if "absent" in r else "error" if r else "not run")
             auto = rows.get("tag-auto", {})
             plan = auto.get("plan") or {}
             desc = (f"{'+'.join(plan.get('hosts', []))} {plan.get('options')} "
@@ -327,6 +335,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="the compute cluster, cnn, 2 + 5 steps")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the clusters of the existing JSON that this run does not measure (each cluster "
+                         "says the code and date it was measured with)")
     ap.add_argument("--out", help="the JSON (default benchmarks/results/hetero_real[_quick].json)")
     ap.add_argument("--markdown", default=os.path.join(ROOT, "benchmarks", "RESULTS.md"))
     ap.add_argument("--run", help=argparse.SUPPRESS)
@@ -345,12 +356,22 @@ def main() -> None:
     data = {"measured": True, "date": time.strftime("%Y-%m-%d"), "commit": commit,
             "machine": platform.processor() or platform.machine(), "cores": os.cpu_count(), "batch": args.batch,
             "warmup": args.warmup, "steps": args.steps, "clusters": {}}
-    for name in args.clusters.split(","):
-        data["clusters"][name] = measure_cluster(name, args)
-    data["verdicts"] = verdicts(data)
-    print(json.dumps(data["verdicts"], indent=1))
     name = "hetero_real_quick" if args.quick else "hetero_real"
     path = args.out or os.path.join(ROOT, "benchmarks", "results", f"{name}.json")
+    if args.merge and os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        if (old["batch"], old["steps"], old["warmup"]) != (args.batch, args.steps, args.warmup):
+            sys.exit(f"--merge: {path} was measured with batch/steps/warmup {old['batch']}/{old['steps']}/"
+                     f"{old['warmup']}, not {args.batch}/{args.steps}/{args.warmup}")
+        for cname, c in old["clusters"].items():
+            c.setdefault("commit", old["commit"])
+            c.setdefault("date", old["date"])
+            data["clusters"][cname] = c
+    for cname in args.clusters.split(","):
+        data["clusters"][cname] = dict(measure_cluster(cname, args), commit=commit, date=data["date"])
+    data["verdicts"] = verdicts(data)
+    print(json.dumps(data["verdicts"], indent=1))
     with open(path, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
     if not args.quick:

@@ -77,9 +77,10 @@ def batches_for(model_name: str, batch: int, count: int, model=None) -> list[dic
 
 
 def train(model_name: str, args: argparse.Namespace, distribute_kwargs: dict | None,
-          inspect: Callable[[Any], dict] | None = None) -> dict:
+          inspect: Callable[[Any], dict] | None = None, as_written: bool = False) -> dict:
     """One process's TF1 training loop (the chief's, under TF_CONFIG); returns its timings (and, with
-    `inspect`, what inspect(the distribute scope) adds once training is done)."""
+    `inspect`, what inspect(the distribute scope) adds once training is done). `as_written`: the
+    session with TensorFlow's graph rewrites off."""
     import contextlib
 
     import tensorflow as tf
@@ -96,6 +97,10 @@ def train(model_name: str, args: argparse.Namespace, distribute_kwargs: dict | N
         with graph.as_default():
             tf.compat.v1.import_graph_def(model.graph_def, name="")
         config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=120_000)
+        if as_written:
+            from tag_tf.runtime.sessions import keep_as_written
+
+            keep_as_written(config)
         with tf.compat.v1.Session(graph=graph, config=config) as sess:
             sess.run(model.init_op)
             for i, feed in enumerate(batches):

@@ -435,9 +435,11 @@ class Distribution:
         target.check()                     # an unreachable cluster fails here, naming the task
         role = target.role
         message = None
+        as_written = False
         if role is not None and not role.is_chief:
             message = self._from_chief.pop(0) if self._from_chief else self._chief_plan(role)
             plan, fetches, roots = self._chiefs_choice(message, ir.fingerprint)
+            as_written = bool(message.get("as_written", False))
         else:
             costs = None
             if request_key(self.options["strategy"]) in PLANNED:     # only planning reads the profile database
@@ -448,6 +450,10 @@ class Distribution:
                                     budget_s=self._search_budget(start),
                                     calibration=self.options["calibration"], costs=costs, sfb=self.options["sfb"],
                                     drive_s=_drive_cost(target, analysis))
+            if costs is not None and costs.runtimes:
+                as_written = costs.as_written
+                for dt, fit in sorted(costs.runtimes.items()):
+                    log.info("tag_tf: measured on %s: %s", dt, fit.describe())
         fetches = [f for f in fetches if f.rpartition(":")[0] in ir]
         roots = [r for r in dict.fromkeys([*roots, *targets]) if r in ir]     # the first run's ops, all compiled
         compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices, fetches=fetches, run_ops=roots,
@@ -460,6 +466,7 @@ class Distribution:
             self._verify(analysis, compiled, feeds)
         program = Program(ir, analysis, compiled, plan, target)
         program.learned_shapes = learned
+        program.as_written = as_written
         program.first_run = (fetches, roots)
         self._graphs[graph] = (info, program)
         self.plans.append(plan)
@@ -501,7 +508,7 @@ class Distribution:
         initialised variable's value from the user's session into all its copies. In a cluster, the
         chief then tells the other tasks whether each drives its own part of every step."""
         user_config = getattr(sess, "_config", None)
-        runner = Runner(program, self.target.session(program.graph, user_config))
+        runner = Runner(program, self.target.session(program.graph, user_config, as_written=program.as_written))
         role = self.target.role
         if role is not None and not role.is_chief:
             from tag_tf.runtime import roles
@@ -574,7 +581,8 @@ class Distribution:
         fetches, roots = program.first_run
         message = {"mode": BETWEEN if step is not None else "chief", "reason": reason, "graph": program.ir.fingerprint,
                    "strategy": program.plan.strategy.to_dict(), "topology": program.target.topology.to_dict(),
-                   "fetches": fetches, "run_ops": roots, "digest": graph_digest(program.ir, program.compiled)}
+                   "fetches": fetches, "run_ops": roots, "digest": graph_digest(program.ir, program.compiled),
+                   "as_written": program.as_written}
         program.between = step is not None
         if step is None:
             roles.set_chief_drives(role)
@@ -602,7 +610,8 @@ class Distribution:
         if parts[task].riding:
             log.info("tag_tf: %d whole-batch fetch(es) summed over the tasks ride the gradients' all-reduce",
                      len(parts[task].riding))
-        return TaskStep(parts[task], lambda graph: self.target.task_session(graph, task, user_config))
+        return TaskStep(parts[task], lambda graph: self.target.task_session(graph, task, user_config,
+                                                                            as_written=program.as_written))
 
     def _chiefs_choice(self, message: dict, fingerprint: str) -> tuple[Plan, list[str], list[str]]:
         """On a task other than the chief: the chief's plan for this graph, with its first run."""

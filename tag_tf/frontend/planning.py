@@ -276,7 +276,7 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
     strategy = between_graph_choice(result.strategy, result.iteration_time_s, result.baselines, analysis, topology,
                                     drive_s)
     seconds = result.iteration_time_s if strategy is result.strategy else sim.simulate(strategy).iteration_time_s
-    alone, alone_s = one_device_plan(sim, analysis, topology)
+    alone, alone_s = one_device_plan(sim, analysis, topology, drive_s)
     if alone is not None and (alone_s < seconds or (alone_s <= seconds and 0 not in strategy.machines(topology))):
         # The plain program on its fastest device is a plan users always have: never slower than it.
         # On a tie, the first machine's (the chief's, where the feeds are: a plan on another machine
@@ -297,13 +297,18 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
     return stamped(strategy, analysis, topology)
 
 
-def one_device_plan(sim: Simulator, analysis: Analysis, topology: Topology) -> tuple[Strategy | None, float]:
+def one_device_plan(sim: Simulator, analysis: Analysis, topology: Topology, drive_s: float = 0.0
+                    ) -> tuple[Strategy | None, float]:
     """The whole model on the device that simulates fastest alone (one per machine and type; the first
-    such device on a tie), and its time."""
+    such device on a tie), and its time. A device of another machine than the first (the chief's,
+    where the client feeds every batch and reads every fetch) also pays, every step, the batch's
+    move to it and one round trip to drive it (`drive_s`): the simulator has no client."""
     from tag_tf.strategy import Option
 
     best: tuple[Strategy | None, float] = (None, math.inf)
     seen = set()
+    client = next((d.id for d in topology.devices if d.machine == 0), 0)
+    fed = _fed_bytes(analysis)
     for d in topology.devices:
         kind = (d.machine, d.type)
         if kind in seen:
@@ -311,9 +316,27 @@ def one_device_plan(sim: Simulator, analysis: Analysis, topology: Topology) -> t
         seen.add(kind)
         plan = Strategy.uniform(len(analysis.grouping.groups), (d.id,), Option.ALLREDUCE)
         t = sim.simulate(plan).iteration_time_s
+        if d.machine != 0:
+            t += fed / topology.bandwidth(client, d.id) + 2 * topology.latency(client, d.id) + drive_s
         if math.isfinite(t) and t < best[1]:
             best = (plan, t)
     return best
+
+
+def _fed_bytes(analysis: Analysis) -> float:
+    """Bytes the client feeds every step (the batch inputs at the planned batch size)."""
+    graph, total = analysis.graph, 0
+    for name in graph.meta.feeds:
+        try:
+            t = graph.tensor(name)
+        except KeyError:
+            continue
+        shape = t.shape
+        if not shape or any(n < 0 for n in shape[1:]):
+            continue
+        rows = shape[0] if shape[0] >= 0 else (analysis.batch_size or 1)
+        total += math.prod(shape[1:]) * int(rows) * t.itemsize
+    return float(total)
 
 
 # Baselines that replicate every group on every device with AllReduce (Strategy.whole_replicas).

@@ -235,6 +235,8 @@ class Program:
         # In a cluster: whether tasks drive their own steps (None until the chief has decided), and
         # on another task, how many of its sessions run this program.
         self.between: bool | None = None
+        # Run as written (TensorFlow's graph rewrites off): the profile found them slower for this program.
+        self.as_written = False
         self.task_sessions = 0
 
     # -- names -------------------------------------------------------------------------------

@@ -69,11 +69,12 @@ class Target:
             drive = float(links.get("drive_s") or 0.0)
         return dataclasses.replace(replaced, local_server=self.local_server, drive_s=drive)
 
-    def config(self, user_config: Any = None) -> Any:
-        """The user's ConfigProto with this target's devices (and the cluster's settings)."""
+    def config(self, user_config: Any = None, as_written: bool = False) -> Any:
+        """The user's ConfigProto with this target's devices (and the cluster's settings); with
+        `as_written`, TensorFlow's graph rewrites off (`Program.as_written`)."""
         import tensorflow as tf
 
-        from tag_tf.runtime.sessions import session_config
+        from tag_tf.runtime.sessions import keep_as_written, session_config
 
         config = tf.compat.v1.ConfigProto()
         if user_config is not None:
@@ -89,21 +90,23 @@ class Target:
         # Soft placement, CPU devices, the cluster's leader, and always a timeout: a collective whose
         # peers never arrive blocks without using CPU (on one machine the user's own timeout wins).
         config.MergeFrom(ours)
+        if as_written:
+            keep_as_written(config)
         return config
 
-    def session(self, graph: Any, user_config: Any = None) -> Any:
+    def session(self, graph: Any, user_config: Any = None, as_written: bool = False) -> Any:
         import tensorflow as tf
 
-        sess = tf.compat.v1.Session(self.session_target, graph=graph, config=self.config(user_config))
+        sess = tf.compat.v1.Session(self.session_target, graph=graph, config=self.config(user_config, as_written))
         sess._tag_tf_internal = True      # our own session: the patch passes it straight through
         return sess
 
-    def task_session(self, graph: Any, task: int, user_config: Any = None) -> Any:
+    def task_session(self, graph: Any, task: int, user_config: Any = None, as_written: bool = False) -> Any:
         """A session on this process's server that sees task `task`'s devices only (its own part
         of each step: it never waits for, or disturbs, another task's master)."""
         import tensorflow as tf
 
-        config = self.config(user_config)
+        config = self.config(user_config, as_written)
         assert self.cluster is not None, "a task session needs a cluster"
         config.device_filters.append(f"/job:{self.cluster.job}/replica:0/task:{task}")
         sess = tf.compat.v1.Session(self.session_target, graph=graph, config=config)

@@ -91,12 +91,13 @@ class TrainStep:
         return cls(model.graph_def, model.train_op, model.init_op, model.feed(rng, batch_size))
 
 
-def session_config(tf_device: str, inter_op_threads: int | None = 1) -> Any:
-    """A ConfigProto that keeps every node as written (no Grappler, no folding, no CSE)."""
+def session_config(tf_device: str, inter_op_threads: int | None = 1, as_written: bool = True) -> Any:
+    """A ConfigProto that keeps every node as written (no Grappler, no folding, no CSE); with
+    `as_written` False, TensorFlow's default graph rewrites on (how a user's session runs)."""
     on_cpu = "device:CPU" in tf_device
     return sessions.session_config(None, timeout_ms=sessions.DEFAULT_TIMEOUT_MS, num_gpus=0 if on_cpu else None,
                                    inter_op_threads=inter_op_threads if on_cpu else None,
-                                   gpu_allow_growth=not on_cpu, as_written=True)
+                                   gpu_allow_growth=not on_cpu, as_written=as_written)
 
 
 class _Session:
@@ -153,7 +154,8 @@ def profile_steps(steps: Mapping[int, TrainStep], *, repeats: int = 5, warmup: i
     else:
         device_type, tf_device = resolve_device(device)
     traces = trace_steps(steps, batch_sizes, repeats=repeats, warmup=warmup, tf_device=tf_device,
-                         config=session_config(tf_device, inter_op_threads), target=target)
+                         config=session_config(tf_device, inter_op_threads), target=target,
+                         rewritten_config=session_config(tf_device, inter_op_threads, as_written=False))
     first = steps[batch_sizes[0]]
     return profile_from_traces(traces, first.graph_def, first.train_op, first.feed, device_type=device_type,
                                statistic=statistic, op_types=op_types, info=info)
@@ -176,23 +178,34 @@ def _checked_arguments(steps: Mapping[int, TrainStep], repeats: int, warmup: int
 
 
 def trace_steps(steps: Mapping[int, TrainStep], batch_sizes: Sequence[int], *, repeats: int, warmup: int,
-                tf_device: str, config: Any, target: str = "") -> Traces:
+                tf_device: str, config: Any, target: str = "", rewritten_config: Any = None) -> Traces:
     """Run the steps: warm-up, then `repeats` traced steps per batch size round-robin (drift on a
-    shared machine hits every batch size alike), then as many untraced ones for the wall clock."""
+    shared machine hits every batch size alike), then as many untraced ones for the wall clock.
+    With `rewritten_config` (the same settings with TensorFlow's graph rewrites on), then as many
+    untraced steps again in sessions of that config, round-robin with as-written ones (what the
+    rewrites do to a whole step: `OpProfile.runtime_fit`)."""
     import tensorflow as tf
 
     by_batch: dict[int, _Session] = {}
     by_graph: dict[int, _Session] = {}
     raw: list[list[dict[str, float]]] = [[] for _ in batch_sizes]
     walls: list[list[float]] = [[] for _ in batch_sizes]
+    rewritten: list[list[float]] | None = None
     kernel_timeline = False
-    try:
+
+    def sessions_for(cfg: Any, graphs: dict[int, _Session]) -> dict[int, _Session]:
+        out = {}
         for b in batch_sizes:
             st = steps[b]
             key = id(st.graph_def)
-            if key not in by_graph:
-                by_graph[key] = _Session(st.graph_def, st.init_op, tf_device, config, target)
-            by_batch[b] = by_graph[key]
+            if key not in graphs:
+                graphs[key] = _Session(st.graph_def, st.init_op, tf_device, cfg, target)
+            out[b] = graphs[key]
+        return out
+
+    rewritten_graphs: dict[int, _Session] = {}
+    try:
+        by_batch = sessions_for(config, by_graph)
         for b in batch_sizes:                 # warm-up: allocations, autotuning, profiler start-up
             for _ in range(warmup):
                 by_batch[b].run(steps[b].train_op, steps[b].feed, traced=False)
@@ -202,17 +215,27 @@ def trace_steps(steps: Mapping[int, TrainStep], batch_sizes: Sequence[int], *, r
                 stats, _ = by_batch[b].run(steps[b].train_op, steps[b].feed, traced=True)
                 raw[k].append(op_times_from_step_stats(stats))
                 kernel_timeline = kernel_timeline or has_kernel_timeline(stats)
+        by_rewritten = {}
+        if rewritten_config is not None:
+            by_rewritten = sessions_for(rewritten_config, rewritten_graphs)
+            rewritten = [[] for _ in batch_sizes]
+            for b in batch_sizes:             # warm-up: the rewrites run at a session's first steps
+                for _ in range(max(warmup, 1)):
+                    by_rewritten[b].run(steps[b].train_op, steps[b].feed, traced=False)
         for _ in range(repeats):
             for k, b in enumerate(batch_sizes):
                 _, wall = by_batch[b].run(steps[b].train_op, steps[b].feed, traced=False)
                 walls[k].append(wall)
+                if rewritten is not None:
+                    _, wall = by_rewritten[b].run(steps[b].train_op, steps[b].feed, traced=False)
+                    rewritten[k].append(wall)
     except (tf.errors.OpError, ValueError, TypeError, KeyError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ProfileError(f"running the training step failed: {first}") from None
     finally:
-        for s in by_graph.values():
+        for s in (*by_graph.values(), *rewritten_graphs.values()):
             s.close()
-    return Traces(tuple(batch_sizes), raw, walls, kernel_timeline)
+    return Traces(tuple(batch_sizes), raw, walls, kernel_timeline, rewritten)
 
 
 def check_same_ops(graph_defs: Mapping[int, Any]) -> None:

@@ -66,6 +66,7 @@ class OpProfile:
     repeats: int = 0
     fingerprint: str = ""
     info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    rewritten_step_times: np.ndarray | None = None    # untraced steps with TensorFlow's graph rewrites on
 
     def __post_init__(self) -> None:
         n = len(self.op_names)
@@ -94,6 +95,30 @@ class OpProfile:
         k = self.batch_sizes.index(batch_size)
         return float(np.nansum(self.times[:, k]))
 
+    def runtime_fit(self) -> "RuntimeFit | None":
+        """How the graph should run and what its whole steps take against the sum of its op times
+        (`RuntimeFit`), where the profile measured whole steps both as written and with TensorFlow's
+        graph rewrites (Grappler); None for profiles without both."""
+        if self.step_times is None or self.rewritten_step_times is None or not self.batch_sizes:
+            return None
+        written = np.asarray(self.step_times, dtype=np.float64)
+        rewritten = np.asarray(self.rewritten_step_times, dtype=np.float64)
+        totals = np.array([self.total(b) for b in self.batch_sizes])
+        if written.shape != totals.shape or rewritten.shape != totals.shape or not np.all(totals > 0):
+            return None
+        ratio = float(np.median(rewritten / written))
+        as_written = ratio > AS_WRITTEN_MARGIN
+        chosen = written if as_written else rewritten
+        return RuntimeFit(as_written=as_written, scale=float(np.median(chosen / totals)), rewrites_ratio=ratio,
+                          batch_sizes=tuple(self.batch_sizes), as_written_s=tuple(float(x) for x in written),
+                          rewritten_s=tuple(float(x) for x in rewritten))
+
+    def scaled(self, factor: float) -> "OpProfile":
+        """This profile with every op time multiplied by `factor` (what the ops take in whole steps)."""
+        f = float(factor)
+        return dataclasses.replace(self, fixed=self.fixed * f, per_sample=self.per_sample * f, times=self.times * f,
+                                   raw=self.raw * f)
+
     def top(self, n: int, samples: float) -> list[tuple[str, str, float]]:
         """The n ops with the largest fitted time at `samples`: (name, type, seconds)."""
         t = self.predict(samples)
@@ -110,6 +135,8 @@ class OpProfile:
             "batch_sizes": list(self.batch_sizes), "times": _nan_to_none(self.times), "raw_ns": raw.tolist(),
             "step_times": None if self.step_times is None else self.step_times.tolist(),
             "repeats": self.repeats, "fingerprint": self.fingerprint, "info": dict(self.info),
+            "rewritten_step_times": (None if self.rewritten_step_times is None
+                                     else self.rewritten_step_times.tolist()),
         }
 
     @classmethod
@@ -118,7 +145,7 @@ class OpProfile:
         raw = np.asarray(d.get("raw_ns", []), dtype=np.float64)
         raw = np.where(raw < 0, np.nan, raw * 1e-9) if raw.size else np.full((k, 0, n), np.nan)
         times = np.asarray(d["times"], dtype=np.float64).reshape(n, k)
-        step = d.get("step_times")
+        step, rewritten = d.get("step_times"), d.get("rewritten_step_times")
         return cls(device_type=str(d["device_type"]), op_names=tuple(d["op_names"]),
                    fixed=np.asarray(d["fixed"], dtype=np.float64).reshape(n),
                    per_sample=np.asarray(d["per_sample"], dtype=np.float64).reshape(n),
@@ -126,7 +153,36 @@ class OpProfile:
                    op_types=tuple(d.get("op_types", ())),
                    step_times=None if step is None else np.asarray(step, dtype=np.float64),
                    repeats=int(d.get("repeats", 0)), fingerprint=str(d.get("fingerprint", "")),
-                   info=dict(d.get("info", {})))
+                   info=dict(d.get("info", {})),
+                   rewritten_step_times=None if rewritten is None else np.asarray(rewritten, dtype=np.float64))
+
+
+# A graph runs as written (TensorFlow's graph rewrites off) only where the rewritten steps were this
+# much slower: on a tie the user's own runtime (TensorFlow's defaults) is kept.
+AS_WRITTEN_MARGIN = 1.1
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeFit:
+    """What whole untraced steps of a profiled graph took, run as written (no Grappler: how its op
+    times were traced) and with TensorFlow's default graph rewrites, at each profiled batch size.
+
+    `as_written`: the rewrites made steps slower by more than AS_WRITTEN_MARGIN (median ratio
+    `rewrites_ratio`), so compiled graphs of this program run as written. `scale`: the median of the
+    chosen runtime's step over the sum of the fitted op times at the same batch size: what an op
+    costs inside a whole step (executor overhead, rewrites, overlap) against its traced kernel time."""
+
+    as_written: bool
+    scale: float
+    rewrites_ratio: float
+    batch_sizes: tuple[int, ...]
+    as_written_s: tuple[float, ...]
+    rewritten_s: tuple[float, ...]
+
+    def describe(self) -> str:
+        return (f"TensorFlow's graph rewrites {'slow' if self.rewrites_ratio > 1 else 'speed'} whole steps "
+                f"{max(self.rewrites_ratio, 1 / self.rewrites_ratio):.2f}x: "
+                f"{'runs as written' if self.as_written else 'runs rewritten'}; op times x{self.scale:.2f}")
 
 
 def _nan_to_none(a: np.ndarray) -> list:
@@ -255,6 +311,7 @@ class Traces:
     ops: list[list[dict[str, float]]]      # [batch size][repeat] -> {op: seconds}
     walls: list[list[float]]               # [batch size][repeat] -> seconds
     kernel_timeline: bool = False
+    rewritten_walls: list[list[float]] | None = None     # the same steps with TensorFlow's graph rewrites
 
 
 def profile_from_traces(traces: Traces, graph_def: Any, train_op: str, feed: Mapping[str, Any], *,
@@ -292,7 +349,9 @@ def profile_from_traces(traces: Traces, graph_def: Any, train_op: str, feed: Map
     return OpProfile(device_type=device_type, op_names=names, fixed=fixed, per_sample=per_sample,
                      batch_sizes=batch_sizes, times=times, raw=cube,
                      op_types=tuple(op_types.get(n, "") for n in names),
-                     step_times=np.array([float(np.median(w)) for w in traces.walls]), repeats=repeats, info=info)
+                     step_times=np.array([float(np.median(w)) for w in traces.walls]), repeats=repeats, info=info,
+                     rewritten_step_times=(None if not traces.rewritten_walls else
+                                           np.array([float(np.median(w)) for w in traces.rewritten_walls])))
 
 
 def untraced_ops(graph_def: Any, train_op: str, traced: set[str], feed: Mapping[str, Any]
@@ -326,5 +385,5 @@ def untraced_ops(graph_def: Any, train_op: str, traced: set[str], feed: Mapping[
     return absorbed, others
 
 
-__all__ = ["OpProfile", "Traces", "DEFAULT_BATCH_SIZES", "STATISTICS", "fit_linear", "repeat_noise",
+__all__ = ["AS_WRITTEN_MARGIN", "OpProfile", "RuntimeFit", "Traces", "DEFAULT_BATCH_SIZES", "STATISTICS", "fit_linear", "repeat_noise",
            "op_times_from_step_stats", "has_kernel_timeline", "profile_from_traces", "untraced_ops"]

@@ -19,21 +19,32 @@ from typing import Callable, Iterable, Mapping, Sequence
 from tag_tf.profile.costmodel import CostModel
 from tag_tf.profile.costs import canonical_device_type
 from tag_tf.profile.db import ProfileDB
-from tag_tf.profile.op_profile import OpProfile
+from tag_tf.profile.op_profile import OpProfile, RuntimeFit
 
 
 @dataclasses.dataclass(frozen=True)
 class StoredCosts:
-    """Measured profiles (at most one per device type) and the database's cost-model constants."""
+    """Measured profiles (at most one per device type) and the database's cost-model constants.
+
+    A profile that also measured whole steps with and without TensorFlow's graph rewrites
+    (`OpProfile.runtime_fit`) is here with its op times scaled to what they take inside whole
+    steps of the runtime chosen for it (`runtimes`, per device type; `as_written`)."""
 
     profiles: tuple[OpProfile, ...] = ()
     model: CostModel = dataclasses.field(default_factory=CostModel)
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)   # device type -> profile file
+    runtimes: Mapping[str, RuntimeFit] = dataclasses.field(default_factory=dict)   # device type -> fit
+
+    @property
+    def as_written(self) -> bool:
+        """Compiled graphs of this program run as written (TensorFlow's graph rewrites off): every
+        profile that measured both runtimes found the rewrites slower."""
+        return bool(self.runtimes) and all(fit.as_written for fit in self.runtimes.values())
 
     @property
     def digest(self) -> str:
         """Changes whenever what planning would use changes (a plan cache key part)."""
-        doc = {"profiles": sorted(self.files.values()),
+        doc = {"profiles": sorted(self.files.values()), "as_written": self.as_written,
                "fits": [p.fixed.sum() + p.per_sample.sum() for p in self.profiles],
                "constants": sorted(json.dumps(c.to_dict(), sort_keys=True, default=str) for c in self.model.constants)}
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=float).encode()).hexdigest()[:12]
@@ -75,13 +86,17 @@ def stored_costs(db: ProfileDB, device_types: Sequence[str], fingerprints: Itera
             continue
         if matches(key):
             best[dt] = key
-    profiles, files = [], {}
+    profiles, files, runtimes = [], {}, {}
     for dt, key in sorted(best.items()):
         prof = db.get_op_profile(key["fingerprint"], key["device_type"], key["batch_sizes"])
         if prof is not None:
+            fit = prof.runtime_fit()
+            if fit is not None:
+                runtimes[dt] = fit
+                prof = prof.scaled(fit.scale)
             profiles.append(prof)
             files[dt] = db.op_profile_path(key["fingerprint"], key["device_type"], key["batch_sizes"])
-    return StoredCosts(tuple(profiles), db.cost_model(), files)
+    return StoredCosts(tuple(profiles), db.cost_model(), files, runtimes)
 
 
 __all__ = ["StoredCosts", "stored_costs"]

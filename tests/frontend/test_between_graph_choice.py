@@ -3,6 +3,8 @@ other task each step, which the whole-replica plans every task drives itself do 
 (frontend/planning.between_graph_choice; the measurement: tests/runtime/test_discovery.py)."""
 from __future__ import annotations
 
+import pytest
+
 from conftest import analysis_of
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.compiler.compile import instance_key_base
@@ -112,3 +114,31 @@ def test_on_unequal_cpu_tasks_auto_searches_and_keeps_a_small_model_on_the_chief
     assert {d for g in chosen.groups for d in g.devices} == {0}
     assert "auto keeps the model on one device (0 of machine 't0')" in caplog.text
     assert "every task drives its own part of each step; on CPU devices only whole replicas" not in caplog.text
+
+
+def test_one_device_on_another_host_pays_the_batch_move_and_the_round_trip():
+    """The client feeds every batch on the chief's host: a device elsewhere wins only where it is
+    faster by more than moving the batch there and driving it (the simulator has no client)."""
+    from tag_tf.frontend.planning import _fed_bytes, one_device_plan, simulator
+
+    _, a = analysis_of("mlp")
+    fed = _fed_bytes(a)
+    assert fed >= a.batch_size * 4          # at least one float32 per sample
+
+    def topo(chief_speed, switch):
+        return load_topology({"name": "two", "machines": [
+            {"name": "t0", "gpus": "1x cpu", "intra": "local", "speed": chief_speed},
+            {"name": "t1", "gpus": "1x cpu", "intra": "local"}], "inter": {"switch": switch, "latency": "60us"}})
+
+    slow_link = topo(0.9, "50Mbps")          # t1 10% faster, behind a slow link: the chief's host
+    sim = simulator(a, slow_link)
+    alone, seconds = one_device_plan(sim, a, slow_link, drive_s=3e-4)
+    assert {d for g in alone.groups for d in g.devices} == {0}
+    assert seconds == pytest.approx(sim.simulate(Strategy.uniform(len(a.grouping.groups), (0,),
+                                                                  Option.ALLREDUCE)).iteration_time_s)
+    fast_link = topo(0.25, "100Gbps")        # t1 4x faster, a fast link: t1, charged the move and the trip
+    sim = simulator(a, fast_link)
+    alone, seconds = one_device_plan(sim, a, fast_link, drive_s=3e-4)
+    assert {d for g in alone.groups for d in g.devices} == {1}
+    t1 = sim.simulate(Strategy.uniform(len(a.grouping.groups), (1,), Option.ALLREDUCE)).iteration_time_s
+    assert seconds == pytest.approx(t1 + fed / fast_link.bandwidth(0, 1) + 2 * fast_link.latency(0, 1) + 3e-4)

@@ -198,6 +198,35 @@ def test_planning_uses_profiles_stored_for_the_graph(cache):
     assert not d.plans[0].cache_hit and d.plans[0].cache_path != first.cache_path
 
 
+def test_compiled_sessions_run_as_written_where_the_profile_found_rewrites_slower(cache, monkeypatch):
+    """A profile whose whole steps ran 3x slower with TensorFlow's graph rewrites: the compiled
+    graph's session runs as written (Grappler off), still training like the plain program."""
+    from tag_tf.frontend.target import Target
+    from tag_tf.profile.db import ProfileDB
+    from tag_tf.profile.op_profile import OpProfile
+
+    plain = train_with_session(Model(), 2)
+    with dist(cache) as d:
+        train_with_session(Model(), 1)
+    assert d.programs[0].as_written is False                    # no profile: TensorFlow's defaults
+    graph = d.programs[0].analysis.graph
+    names = tuple(graph.order)
+    n = len(names)
+    steps = np.array([n * 1e-5, n * 1e-5])
+    measured = OpProfile(device_type="cpu", op_names=names, fixed=np.full(n, 1e-5), per_sample=np.zeros(n),
+                         batch_sizes=(2, 4), times=np.full((n, 2), 1e-5), raw=np.full((2, 1, n), 1e-5), repeats=1,
+                         step_times=steps, rewritten_step_times=3 * steps)
+    ProfileDB(os.path.join(cache, "profiles")).put_op_profile(measured, graph.fingerprint)
+    configs = []
+    real = Target.config
+    monkeypatch.setattr(Target, "config", lambda self, *a, **k: configs.append(real(self, *a, **k)) or configs[-1])
+    with dist(cache) as d:
+        losses = train_with_session(Model(), 2)
+    assert d.programs[0].as_written is True
+    assert configs and all(c.graph_options.rewrite_options.disable_meta_optimizer for c in configs)
+    np.testing.assert_allclose(losses, plain, rtol=1e-5)
+
+
 def test_plan_cache_hit_on_second_run(cache, monkeypatch):
     from tag_tf.frontend import planning
 

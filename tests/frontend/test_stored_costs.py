@@ -49,6 +49,8 @@ def test_a_profile_measured_at_other_batch_sizes_reaches_plan_and_simulate(capsy
     prof = run_json(capsys, "profile", "--model", "mlp", "--tiny", "--batch-sizes", "2,4", "--repeats", "2",
                     "--db", str(db), "--json")
     assert prof["device_type"] == "cpu" and prof["ops_profiled"] > 0
+    # Whole steps measured both ways: how compiled graphs of this program will run, and the op scale.
+    assert set(prof["rewritten_step_wall_s"]) == {"2", "4"} and prof["runtime"]["op_time_scale"] > 0
     after = plan(capsys, db)
     # The plan's graph (batch 32) is matched to the profile measured at batch 2 and 4 by rebuilding.
     assert after["cost_sources"]["cpu"].startswith("profile (")
@@ -81,8 +83,10 @@ def test_profile_costs_change_the_plan_when_they_should(capsys, tmp_path):
     measured = profile_model("mlp", (2, 4), repeats=1, warmup=0, tiny=True, device="cpu")
     update = np.array(["Apply" in t for t in measured.op_types])
     at4 = measured.fixed + 4 * measured.per_sample
+    # Made-up op times: without the whole steps they would add up to (no runtime fit to scale them).
     slow = dataclasses.replace(measured, fixed=np.where(update, measured.fixed, 0.0),
-                               per_sample=np.where(update, measured.per_sample, at4 / 4 * 1e4))
+                               per_sample=np.where(update, measured.per_sample, at4 / 4 * 1e4),
+                               rewritten_step_times=None)
     db.put_op_profile(slow, model_ir(build_model("mlp", tiny=True, batch_size=2)).fingerprint)
     heavy = plan(capsys, db.path, topology=topology)
     assert heavy["cost_sources"]["cpu"].startswith("profile (")

@@ -177,6 +177,7 @@ def summarize(profile: OpProfile, model: str, top: int) -> dict[str, Any]:
     """The JSON report of a profile."""
     b_max = max(profile.batch_sizes)
     k = {b: i for i, b in enumerate(profile.batch_sizes)}
+    fit = profile.runtime_fit()
     return {
         "model": model,
         "device_type": profile.device_type,
@@ -189,6 +190,10 @@ def summarize(profile: OpProfile, model: str, top: int) -> dict[str, Any]:
         "total_measured_s": {str(b): profile.measured_total(b) for b in profile.batch_sizes},
         "step_wall_s": ({str(b): float(profile.step_times[k[b]]) for b in profile.batch_sizes}
                         if profile.step_times is not None else None),
+        "rewritten_step_wall_s": ({str(b): float(profile.rewritten_step_times[k[b]]) for b in profile.batch_sizes}
+                                  if profile.rewritten_step_times is not None else None),
+        "runtime": None if fit is None else {"as_written": fit.as_written, "op_time_scale": fit.scale,
+                                             "rewrites_ratio": fit.rewrites_ratio, "said": fit.describe()},
         "top_ops": [{"name": n, "type": t, "time_s": s,
                      "fixed_s": float(profile.fixed[profile.index()[n]]),
                      "per_sample_s": float(profile.per_sample[profile.index()[n]])}
@@ -205,6 +210,8 @@ def _text(r: dict[str, Any]) -> str:
         wall = r["step_wall_s"][b] if r["step_wall_s"] else float("nan")
         lines.append(f"  batch {b:>4}: fitted {t * 1e3:9.3f} ms  measured {r['total_measured_s'][b] * 1e3:9.3f} ms"
                      f"  step wall {wall * 1e3:9.3f} ms")
+    if r.get("runtime"):
+        lines.append(f"whole steps: {r['runtime']['said']}")
     lines.append(f"slowest ops at batch {r['top_ops_batch']}:")
     for op in r["top_ops"]:
         lines.append(f"  {op['time_s'] * 1e6:10.1f} us  {op['type']:<24} {op['name']}")
