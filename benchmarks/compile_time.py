@@ -25,8 +25,25 @@ from tag_tf.models import build_model                    # noqa: E402
 from tag_tf.profile.weights import reference_weights  # noqa: E402
 from tag_tf.search.baselines import data_parallel, random_strategy  # noqa: E402
 from tag_tf.topology.load import load_topology          # noqa: E402
+from benchmarks.report import measured_when, stamp       # noqa: E402
 
 MODELS = sys.argv[1:] or ["resnet101", "bert-large"]
+
+
+def render(data: dict) -> str:
+    """RESULTS.md's compile-time section (benchmarks/report.py)."""
+    lines = [f"Compiling for the {data['topology']} (placement + graph building; TensorFlow's own import of "
+             f"the result reported separately) on {data['machine']}; {measured_when(data)}. "
+             f"Target: {data['target']}.", "",
+             "| model | ops | strategy | compile | compiled ops | TF import |", "|---|---|---|---|---|---|"]
+    labels = {"dp_16": "DP, 16 devices", "random_16": "random mixed"}
+    for name, row in data["models"].items():
+        for key, label in labels.items():
+            if key in row:
+                r = row[key]
+                lines.append(f"| {name} | {row['ops']} | {label} | {r['compile_s']:.1f} s | {r['compiled_ops']:,} | "
+                             f"{r['tf_import_s']:.1f} s |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -59,8 +76,8 @@ def main() -> None:
             print(f"{name} {label}: compile {compile_s:.2f} s ({compiled.stats['ops']} ops), "
                   f"TF import {import_s:.2f} s", flush=True)
         results[name] = row
-    out = {"target": "compile under 10 s per model", "machine": f"{platform.processor() or 'cpu'}, "
-           f"{os.cpu_count()} cores (shared)", "topology": "testbed (16 devices)", "models": results}
+    out = stamp({"target": "compile under 10 s per model", "machine": f"{platform.processor() or 'cpu'}, "
+                 f"{os.cpu_count()} cores (shared)", "topology": "testbed (16 devices)", "models": results})
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "compile.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=1)

@@ -20,6 +20,9 @@ import tensorflow as tf  # noqa: E402
 
 from tag_tf.models import PAPER_TABLE, build_model, describe, model_spec  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.report import measured_when, stamp  # noqa: E402
+
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "models.json")
 
 NOTES = {
@@ -88,6 +91,21 @@ def measure(name: str) -> dict:
     }
 
 
+
+def render(data: dict) -> str:
+    """RESULTS.md's models section (benchmarks/report.py)."""
+    lines = [f"Our builders at the paper's batch sizes and default input sizes, next to the paper's table "
+             f"(TensorFlow {data['tensorflow']}; {measured_when(data)}). Op counts include initializers; "
+             "\"train-path\" counts what one step runs.", "",
+             "| model | batch | ops | train-path ops | paper ops | params | MiB | paper MiB |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, r in data["models"].items():
+        lines.append(f"| {name} | {r['batch_size']} | {r['ops']} | {r['train_path_ops']} | {r['paper_ops']} | "
+                     f"{r['params'] / 1e6:.1f}M | {r['param_mib']:.1f} | {r['paper_param_mib']} |")
+    notes = data.get("notes", {})
+    lines += [""] + [f"- {notes[k]}" for k in ("paper_param_unit", "param_gaps") if k in notes]
+    return "\n".join(lines) + "\n"
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=DEFAULT_OUT, help="JSON file to write")
@@ -109,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"tensorflow": tf.__version__, "notes": NOTES, "models": rows}, f, indent=2, sort_keys=False)
+        json.dump(stamp({"tensorflow": tf.__version__, "notes": NOTES, "models": rows}), f, indent=2, sort_keys=False)
         f.write("\n")
     print(f"wrote {args.out}")
     return 0

@@ -675,6 +675,8 @@ def _accuracy_benchmark() -> str:
             f"{setups['1proc-4cpu']['mape']:.1%} in one process, {setups['2proc-2cpu']['mape']:.1%} over two)")
 
 def _render_real(data: dict[str, Any]) -> list[str]:
+    from benchmarks.real_execution import summarize, used_label
+
     quick = " (QUICK smoke run: the zoo's tiny sizes, 3 timed steps, not evidence)" if data.get("quick") else ""
     lines = [f"Real execution here{quick}: MEASURED on this machine ({data['cpu']}, {data['cores']} cores), "
              f"tiny models through `tag_tf.distribute`, batch {data['batch']}, median of {data['steps']} steps, "
@@ -682,7 +684,8 @@ def _render_real(data: dict[str, Any]) -> list[str]:
              f"{data['runtime']['tag']} (one thread per op, Grappler off). `auto-local`: auto planned on the local "
              "machine model (`tag-tf plan --calibration local`). Equivalence: the first "
              f"{data['equivalence']['steps']} losses within {data['equivalence']['rtol']:g} of one device's.", "",
-             "| model | setup | strategy | measured ms | predicted ms | error | equivalent |", "|---|---|---|---|---|---|---|"]
+             "| model | setup | strategy | devices used | measured ms | predicted ms | error | equivalent |",
+             "|---|---|---|---|---|---|---|---|"]
     setups, requests = ["single", "local2", "2proc"], ["dp", "horovod", "auto", "auto-local"]
 
     def order(key: str) -> tuple:
@@ -695,12 +698,16 @@ def _render_real(data: dict[str, Any]) -> list[str]:
         model, setup, request = (parts[0], "1 device", "-") if len(parts) == 2 else parts
         err = abs(row["predicted_ms"] - row["median_ms"]) / row["median_ms"]
         eq = "reference" if len(parts) == 2 else ("yes" if row["equivalent"] else "NO")
-        lines.append(f"| {model} | {setup} | {request} | {row['median_ms']:.1f} | {row['predicted_ms']:.1f} | "
+        used = used_label(row)
+        lines.append(f"| {model} | {setup} | {request} | {used} | {row['median_ms']:.1f} | {row['predicted_ms']:.1f} | "
                      f"{err:.0%} | {eq} |")
-    summary = data["summary"]
+    summary = summarize(data["rows"])      # from the rows: one-device plans compared with one device
     mape = summary["mape"]
     lines += ["", "Prediction error (mean absolute percentage): " +
               ", ".join(f"{k} {v:.1%}" for k, v in mape.items()) + _accuracy_benchmark() + ".", "",
+              "Every `auto` row is compared with the one-device run (`_over_single`); only a row known to be "
+              "distributed (a split or a collective in its graph, or several devices recorded) with `dp` and "
+              "`horovod`.", "",
               "| speed-up | measured | predicted |", "|---|---|---|"]
     for key in sorted(summary["speedups"], key=order):
         v = summary["speedups"][key]

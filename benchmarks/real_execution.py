@@ -101,9 +101,40 @@ def distributed(model, feeds: list[dict], warmup: int, request: str, setup, spec
             sess.run(model.init_op)
             row = train(model, feeds, warmup, sess)
     program = d.programs[0]
+    used = {dv for g in program.plan.strategy.groups for dv in g.devices}
     row.update(plan=program.plan.strategy.name, planning_s=program.plan.seconds,
-               compiled=dict(program.compiled.stats))
+               compiled=dict(program.compiled.stats), devices=len(used))
     return row, program
+
+
+def devices_of(row: dict) -> int | None:
+    """How many devices a row's plan used: recorded by runs since the field exists; for older rows,
+    1 where the compiled graph is the original one (as many ops, no split, no collective), else None
+    (not recorded)."""
+    if "devices" in row:
+        return int(row["devices"])
+    c = row.get("compiled")
+    if not c:
+        return 1          # the plain program
+    if c.get("ops") == c.get("original_ops") and not _replicated(row):
+        return 1
+    return None
+
+
+def _replicated(row: dict) -> bool:
+    """The compiled graph splits the batch or synchronises gradients (data parallelism somewhere)."""
+    c = row.get("compiled") or {}
+    return any(c.get(k) for k in ("allreduce", "split", "concat", "addn"))
+
+
+def used_label(row: dict) -> str:
+    """The devices-used cell of a row: its count, and whether it was distributed."""
+    n = devices_of(row)
+    if n == 1:
+        return "1 (not distributed)" if row.get("compiled") else "1"
+    if n is None:
+        return "several (replicas)" if _replicated(row) else "not recorded (no split, no collective)"
+    return f"{n}" + ("" if _replicated(row) else " (model parallel)")
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -163,7 +194,9 @@ def _line(row: dict) -> str:
 
 
 def summarize(rows: dict[str, dict]) -> dict:
-    """Prediction error (MAPE, per setup and overall) and auto's speed-ups, measured and predicted."""
+    """Prediction error (MAPE, per setup and overall) and auto's speed-ups, measured and predicted:
+    every auto row over the one-device run (`single`); over the distributed baselines (dp, horovod)
+    only a row known to be distributed (several devices recorded, or a split or collective)."""
     err = {"all": [], "local2": [], "2proc": []}
     speedups = {}
     for key, row in rows.items():
@@ -177,8 +210,9 @@ def summarize(rows: dict[str, dict]) -> dict:
         if len(parts) != 3 or not parts[2].startswith("auto"):
             continue
         base = "/".join(parts[:2])
-        for other in ("dp", "horovod"):
-            o = rows.get(f"{base}/{other}")
+        distributed = (devices_of(row) or 0) > 1 or _replicated(row)
+        for other in (("single", "dp", "horovod") if distributed else ("single",)):
+            o = rows.get(f"{parts[0]}/single" if other == "single" else f"{base}/{other}")
             if o:
                 speedups[f"{key}_over_{other}"] = {"measured": o["median_ms"] / row["median_ms"],
                                                          "predicted": o["predicted_ms"] / row["predicted_ms"]}

@@ -29,13 +29,16 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from machine import cpu_name  # noqa: E402  (benchmarks/machine.py)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.machine import cpu_name  # noqa: E402
+from benchmarks.report import measured_when, stamp  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESETS = ("testbed", "cloud")
@@ -172,6 +175,30 @@ def _print_row(c: dict) -> None:
           f"{dp['simulated_iteration_s'] * 1e3:>17.1f} ms", flush=True)
 
 
+def render(data: dict) -> str:
+    """RESULTS.md's simulator-speed section (benchmarks/report.py)."""
+    t = data["target"]
+    lines = [f"Wall ms per `Simulator.simulate(dp)` call, op costs from the analytical cost model, pinned to one "
+             f"core ({data['method']}) on {data['host']['cpu']}; {measured_when(data)}. The simulated iteration is "
+             f"the simulator's prediction, not a measurement. Target: {t['model']} DP on the {t['preset']} preset "
+             f"<= {t['max_median_ms']:g} ms — {'met' if t['met'] else 'NOT met'}, {t['median_ms']:.1f} ms.", ""]
+    presets = sorted({c["preset"] for c in data["cases"]}, key=lambda p: (p != "testbed", p))
+    lines += ["| model | planned ops | " + " | ".join(f"devices ({p}) | tasks ({p}) | ms / simulation ({p}) | "
+                                                   f"simulated iteration ({p})" for p in presets) + " |",
+              "|---|---|" + "---|---|---|---|" * len(presets)]
+    by = {(c["model"], c["preset"]): c for c in data["cases"]}
+    for model in dict.fromkeys(c["model"] for c in data["cases"]):
+        cells = []
+        for p in presets:
+            c = by.get((model, p))
+            cells.append("- | - | - | -" if c is None else
+                         f"{c['devices']} | {c['dp']['num_tasks']:,} | {c['dp']['median_ms']:.2f} | "
+                         f"{c['dp']['simulated_iteration_s'] * 1e3:.1f} ms")
+        planned = next(c["planned_ops"] for c in data["cases"] if c["model"] == model)
+        lines.append(f"| {model} | {planned} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     from tag_tf.models import MODEL_NAMES
 
@@ -189,7 +216,7 @@ def main() -> int:
     for name in args.models.split(","):
         cases.extend(bench_model(name.strip(), args.random, args.repeats))
     target = next((c for c in cases if c["model"] == TARGET["model"] and c["preset"] == TARGET["preset"]), None)
-    doc = {
+    doc = stamp({
         "benchmark": "simulator_speed",
         "what": "wall ms per Simulator.simulate(strategy) call (encode + native expansion + event "
                 "simulation + report) with op costs from the analytical cost model; pinned to one core; "
@@ -202,7 +229,7 @@ def main() -> int:
         "host": {"cpu": cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version(),
                  "load_average_1min_at_end": round(os.getloadavg()[0], 2)},
         "elapsed_s": round(time.time() - started, 1),
-    }
+    })
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
