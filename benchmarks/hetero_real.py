@@ -284,6 +284,8 @@ def render(data: dict) -> str:
                              "absent" if "absent" in r else "error" if r else "not run")
             auto = rows.get("tag-auto", {})
             plan = auto.get("plan") or {}
+            if rows.get("measured_with"):
+                model = f"{model} (code {rows['measured_with']['commit']}, {rows['measured_with']['date']})"
             desc = (f"{'+'.join(plan.get('hosts', []))} {plan.get('options')} "
                     f"{'/'.join(str(s) for s in plan.get('shares') or []) or 'even'}"
                     + (" (one device)" if plan.get("one_device") else "")) if plan else "-"
@@ -336,8 +338,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="the compute cluster, cnn, 2 + 5 steps")
     ap.add_argument("--merge", action="store_true",
-                    help="keep the clusters of the existing JSON that this run does not measure (each cluster "
-                         "says the code and date it was measured with)")
+                    help="keep the clusters (and a re-measured cluster's models) of the existing JSON that this run "
+                         "does not measure; each says the code and date it was measured with")
     ap.add_argument("--out", help="the JSON (default benchmarks/results/hetero_real[_quick].json)")
     ap.add_argument("--markdown", default=os.path.join(ROOT, "benchmarks", "RESULTS.md"))
     ap.add_argument("--run", help=argparse.SUPPRESS)
@@ -369,11 +371,19 @@ def main() -> None:
             c.setdefault("date", old["date"])
             data["clusters"][cname] = c
     for cname in args.clusters.split(","):
-        data["clusters"][cname] = dict(measure_cluster(cname, args), commit=commit, date=data["date"])
+        fresh = dict(measure_cluster(cname, args), commit=commit, date=data["date"])
+        old = data["clusters"].get(cname)
+        if old is not None:        # --merge: this cluster's models not measured now stay, saying when they were
+            for model, rows in old["models"].items():
+                if model not in fresh["models"]:
+                    fresh["models"][model] = dict(rows, measured_with={"commit": old["commit"], "date": old["date"]})
+        data["clusters"][cname] = fresh
     data["verdicts"] = verdicts(data)
     print(json.dumps(data["verdicts"], indent=1))
     with open(path, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
+    with open(path) as f:      # rendered as stored (sorted keys): what `python -m benchmarks report` renders
+        data = json.load(f)
     if not args.quick:
         plot(data, os.path.splitext(path)[0] + ".svg")
         if args.markdown:

@@ -456,6 +456,11 @@ class Distribution:
                     log.info("tag_tf: measured on %s: %s", dt, fit.describe())
         fetches = [f for f in fetches if f.rpartition(":")[0] in ir]
         roots = [r for r in dict.fromkeys([*roots, *targets]) if r in ir]     # the first run's ops, all compiled
+        alone = target.alone_on_chief({d for g in plan.strategy.groups for d in g.devices})
+        if alone is not None:
+            log.info("tag_tf: the plan keeps every op on the chief's machine: it runs in this process's own "
+                     "session (no round trip through the server per step)")
+            target = alone
         compiled = compile_strategy(ctx, analysis, plan.strategy, target.devices, fetches=fetches, run_ops=roots,
                                     check=True)    # postconditions run, not only documented: DAG, fetches' shapes
         if message is not None and graph_digest(ir, compiled) != message["digest"]:
@@ -463,7 +468,7 @@ class Distribution:
                                f"{ir.fingerprint}): every task must build the same graph and feed batches of "
                                f"the same size")
         if self.options["verify"] and message is None:       # the chief verifies for every task
-            self._verify(analysis, compiled, feeds)
+            self._verify(analysis, compiled, feeds, target)
         program = Program(ir, analysis, compiled, plan, target)
         program.learned_shapes = learned
         program.as_written = as_written
@@ -483,12 +488,11 @@ class Distribution:
         budget = self.options["budget_s"]
         return None if budget is None else max(0.0, budget - (time.perf_counter() - start))
 
-    def _verify(self, analysis: Analysis, compiled: Compiled, feeds: dict[str, Any]) -> None:
+    def _verify(self, analysis: Analysis, compiled: Compiled, feeds: dict[str, Any], target: Target) -> None:
         from tag_tf.runtime.equivalence import check_equivalence
 
         batch = dict(feeds)
         batch.update({name: value for name, value in synthetic_batch(analysis).items() if name not in batch})
-        target = self.target
         kwargs = {}
         if target.cluster is not None:
             kwargs = dict(target=target.session_target, config=target.config())
@@ -508,7 +512,7 @@ class Distribution:
         initialised variable's value from the user's session into all its copies. In a cluster, the
         chief then tells the other tasks whether each drives its own part of every step."""
         user_config = getattr(sess, "_config", None)
-        runner = Runner(program, self.target.session(program.graph, user_config, as_written=program.as_written))
+        runner = Runner(program, program.target.session(program.graph, user_config, as_written=program.as_written))
         role = self.target.role
         if role is not None and not role.is_chief:
             from tag_tf.runtime import roles
@@ -569,7 +573,9 @@ class Distribution:
         from tag_tf.runtime import roles
 
         reason, step = "", None
-        if roles.chief_drives(role):
+        if program.target.cluster is None:
+            reason = "the plan keeps every op on the chief's machine"
+        elif roles.chief_drives(role):
             reason = "an earlier graph of this run was driven by the chief"
         elif os.environ.get("TAG_TF_BETWEEN_GRAPH", "1") == "0":
             reason = "TAG_TF_BETWEEN_GRAPH=0"

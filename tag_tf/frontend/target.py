@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from tag_tf.errors import TopologyError
 
@@ -44,6 +44,28 @@ class Target:
         if self.cluster is not None:
             self.cluster.check()
 
+    def alone_on_chief(self, devices: Iterable[int]) -> "Target | None":
+        """On the chief of a TF_CONFIG cluster, for a plan whose `devices` are all its own machine's:
+        the same devices in this process (job "localhost", no cluster), so that each step runs in a
+        session of this process rather than through its server's master (a gRPC round trip and a
+        copy of every feed and fetch per step: measured 0.2-0.3 ms on a 1.5 ms step, 1-1.8 ms on a
+        15 ms one). None elsewhere (other tasks, an in-graph client, plans spanning machines)."""
+        from tag_tf.compiler import DeviceMap
+
+        if self.cluster is None or self.role is None or not self.role.is_chief:
+            return None
+        if any(self.topology.devices[d].machine != 0 for d in devices):
+            return None
+        names = list(self.devices.names)
+        ours = [d for d in self.topology.devices if d.machine == 0]
+        prefix = f"/job:{self.cluster.job}/replica:0/task:0/"
+        for d in ours:
+            names[d.id] = names[d.id].replace(prefix, "/job:localhost/replica:0/task:0/")
+        host = self.devices.host.replace(prefix, "/job:localhost/replica:0/task:0/")
+        cpus = sum(1 for d in ours if d.type == "cpu") or 1
+        local = DeviceMap(tuple(names), host, self.devices.machines, self.devices.gpu)
+        return dataclasses.replace(self, devices=local, cluster=None, num_cpus=cpus, local_server="")
+
     def discovered(self, cache_dir: str | None) -> "Target":
         """With `discover`: this target on the topology its servers report (devices, measured links)."""
         if not self.discover or self.cluster is None:
@@ -79,10 +101,12 @@ class Target:
         config = tf.compat.v1.ConfigProto()
         if user_config is not None:
             config.CopyFrom(user_config)
-        if self.cluster is not None:
-            # The compiled graph spans every task: filters the user's code set for its own graph
-            # (Estimator's RunConfig under TF_CONFIG keeps a chief to itself) would hide them.
+        if self.cluster is not None or self.role is not None:
+            # The compiled graph spans every task (or runs in this process: `alone_on_chief`):
+            # filters the user's code set for its own graph (Estimator's RunConfig under TF_CONFIG
+            # keeps a chief to itself) would hide its devices.
             del config.device_filters[:]
+        if self.cluster is not None:
             ours = self.cluster.session_config()
         else:
             ours = session_config(max(self.num_cpus, config.device_count.get("CPU", 1)),

@@ -33,6 +33,9 @@ def test_hetero_real_quick(tmp_path):
     assert "absent" in rows["horovod"] or "median_ms" in rows["horovod"]
     for name in ("tag-auto", "tag-dp", "tag-dp-p", "tag-horovod", "tag-horovod-p"):
         assert rows[name]["predicted_ms"] > 0 and rows[name]["plan"]["hosts"], name
+    auto = rows["tag-auto"]
+    if auto["plan"]["one_device"] and auto["plan"]["hosts"] == ["fast"]:     # the chief's host alone: its own session
+        assert any("runs in this process's own session" in line for line in auto["log"]), auto["log"]
     shares = rows["tag-dp-p"]["plan"]["shares"]
     assert shares[0] > shares[1] > shares[2], shares          # discovery saw 1 : 0.5 : 0.25
     assert rows["tag-dp"]["plan"]["shares"] is None

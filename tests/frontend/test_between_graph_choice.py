@@ -142,3 +142,39 @@ def test_one_device_on_another_host_pays_the_batch_move_and_the_round_trip():
     assert {d for g in alone.groups for d in g.devices} == {1}
     t1 = sim.simulate(Strategy.uniform(len(a.grouping.groups), (1,), Option.ALLREDUCE)).iteration_time_s
     assert seconds == pytest.approx(t1 + fed / fast_link.bandwidth(0, 1) + 2 * fast_link.latency(0, 1) + 3e-4)
+
+
+def test_a_plan_on_the_chiefs_machine_alone_runs_in_the_chiefs_own_session():
+    """Under TF_CONFIG, a plan whose devices are all the chief's runs in a session of the chief's
+    process (no server round trip per step): its devices are this process's, and the compiled graph
+    trains there for real; other tasks, and plans that span machines, keep the cluster."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tag_tf.frontend.target import cluster_target
+    from tag_tf.runtime.cluster import ClusterSpec
+    from tag_tf.runtime.roles import Role
+    from tag_tf.runtime.sessions import import_graph
+
+    model, analysis = analysis_of("mlp")
+    spec = ClusterSpec(("127.0.0.1:1", "127.0.0.1:2"))
+    topology = cpu_topology(2, 1)
+    chief = cluster_target(topology, spec, Role(spec, 0))
+    alone = chief.alone_on_chief({0})
+    assert alone is not None and alone.cluster is None and alone.session_target == ""
+    assert alone.devices[0] == "/job:localhost/replica:0/task:0/device:CPU:0"
+    assert alone.devices[1] == chief.devices[1]                       # another task's device: unchanged
+    assert chief.alone_on_chief({0, 1}) is None and chief.alone_on_chief({1}) is None
+    assert cluster_target(topology, spec, Role(spec, 1)).alone_on_chief({0}) is None
+    user = tf.compat.v1.ConfigProto(device_filters=["/job:chief"])   # as Estimator's RunConfig sets under TF_CONFIG
+    assert list(alone.config(user).device_filters) == []
+    n = len(analysis.grouping.groups)
+    compiled = compile_strategy(PassContext(), analysis, Strategy.uniform(n, (0,), Option.ALLREDUCE), alone.devices,
+                                fetches=[model.loss], run_ops=[model.train_op, model.init_op])
+    graph = import_graph(compiled.graph_def)
+    feed = model.feed(np.random.default_rng(0), analysis.batch_size)
+    with alone.session(graph, user) as sess:
+        sess.run(compiled.run_ops[model.init_op])
+        losses = [sess.run([compiled.fetch_tensors[model.loss], compiled.run_ops[model.train_op]], feed)[0]
+                  for _ in range(3)]
+    assert np.all(np.isfinite(losses)) and losses[2] < losses[0]
