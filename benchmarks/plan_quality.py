@@ -37,6 +37,7 @@ from tag_tf.search.heterog import heterog                 # noqa: E402
 from tag_tf.search.local_search import local_search      # noqa: E402
 from tag_tf.sim.simulator import Simulator               # noqa: E402
 from tag_tf.topology.load import load_topology          # noqa: E402
+from benchmarks.report import measured_when, stamp       # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -114,7 +115,7 @@ def main() -> int:
             print(f"{name:<12} {topo_name:<8} {base}  auto {_ms(row['auto_s'])}  LB {_ms(row['lower_bound_s'])}  "
                   f"{best}x over {row['best_baseline']} ({row['simulations']} simulations, {row['search_s']} s)"
                   f"  [simulated]", flush=True)
-    result = {
+    result = stamp({
         "benchmark": "plan_quality",
         "what": "SIMULATED iteration time of every baseline (dp, dp-p: per-tensor all-reduce; horovod, "
                 "horovod-p: fused buckets; heterog: searched), the auto plan and the compute lower bound per "
@@ -124,12 +125,32 @@ def main() -> int:
         "rows": rows,
         "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "elapsed_s": round(time.time() - started, 1),
-    }
+    })
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"wrote {args.out} ({result['elapsed_s']} s)")
     return 0
+
+
+def render(data: dict) -> str:
+    """RESULTS.md's plan-quality section (benchmarks/report.py)."""
+    baselines = list(dict.fromkeys(k for r in data["rows"] for k in r["baselines_s"]))
+
+    def ms(t: float | None) -> str:
+        return "—" if t is None else f"{t * 1e3:.1f}"
+    lines = [f"{data['what']}; `auto` with a {data['budget_s']:g} s budget; {measured_when(data)}. No GPU ran any of "
+             "this. The current planner against every baseline (best-subset included) is in the paper's evaluation "
+             "section below; this table is what `plan_quality.py` last wrote.", "",
+             "| model | preset | " + " | ".join(baselines) + " | **auto** | lower bound | best baseline | "
+             "auto vs best baseline | heterog alone, full budget |",
+             "|---|---|" + "---|" * (len(baselines) + 5)]
+    for r in data["rows"]:
+        speedup = r.get("speedup_over_best_baseline")
+        lines.append(f"| {r['model']} | {r['topology']} | " + " | ".join(ms(r['baselines_s'].get(k)) for k in baselines)
+                     + f" | **{ms(r['auto_s'])}** | {ms(r['lower_bound_s'])} | {r.get('best_baseline') or 'none runs'} | "
+                     f"{'n/a' if speedup is None else f'{speedup:.2f}x'} | {ms(r.get('heterog_full_budget_s'))} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("models", "models.json", _from_json("models_table", "models.json")),
     Section("compile-time", "compile.json", _from_json("compile_time", "compile.json")),
     Section("simulator-speed", "simulator_speed.json", _from_json("simulator_speed", "simulator_speed.json")),
+    Section("plan-quality", "plan_quality.json", _from_json("plan_quality", "plan_quality.json")),
     Section("search-convergence", "search_convergence.json", _from_json("search_convergence", "search_convergence.json")),
     Section("hetero_real", "hetero_real.json", _from_json("hetero_real", "hetero_real.json")),
     Section("step-time", "step_time.json", _from_json("step_time", "step_time.json")),
