@@ -118,9 +118,10 @@ def main() -> int:
     result = stamp({
         "benchmark": "plan_quality",
         "what": "SIMULATED iteration time of every baseline (dp, dp-p: per-tensor all-reduce; horovod, "
-                "horovod-p: fused buckets; heterog: searched), the auto plan and the compute lower bound per "
-                "model and heterogeneous preset; GPU op times from the analytical cost model with datasheet "
-                "constants",
+                "horovod-p: fused buckets; heterog: searched; best-subset: horovod-p on the best subset of the "
+                "fastest machines), the auto plan and the compute lower bound per model and heterogeneous "
+                "preset; GPU op times from the analytical cost model with the preset's shipped calibration (the "
+                "calibration section)",
         "budget_s": args.budget,
         "rows": rows,
         "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
