@@ -66,6 +66,12 @@ def _from_json(module: str, filename: str) -> Callable[[str], str]:
     return render
 
 
+def _studies(results_dir: str) -> str:
+    from benchmarks import step_time_studies
+
+    return step_time_studies.render(results_dir)
+
+
 def _paper(results_dir: str) -> str:
     from benchmarks import paper
 
@@ -80,6 +86,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("search-convergence", "search_convergence.json", _from_json("search_convergence", "search_convergence.json")),
     Section("hetero_real", "hetero_real.json", _from_json("hetero_real", "hetero_real.json")),
     Section("step-time", "step_time.json", _from_json("step_time", "step_time.json")),
+    Section("step-time-studies", "step_time_*.json, remote_step.json", _studies),
     Section("paper-evaluation", "paper_*.json", _paper),
 )
 

@@ -116,8 +116,9 @@ def train(model_name: str, args: argparse.Namespace, distribute_kwargs: dict | N
                 row["breakdown"] = peers.traced_step(lambda: sess.run(model.train_op, batches[0]))
     if distribute_kwargs is not None:      # what ran, for the local machine model's prediction (--predict)
         program = d.programs[0]
-        row.update(plan=program.plan.strategy.name, strategy=program.plan.strategy.to_dict(),
-                   processes=program.target.topology.num_machines, between_graph=bool(program.between))
+        strategy = program.plan.strategy
+        row.update(plan=strategy.name, strategy=strategy.to_dict(), processes=program.target.topology.num_machines,
+                   between_graph=bool(program.between), devices=len({d for g in strategy.groups for d in g.devices}))
         if inspect is not None:
             row.update(inspect(d))
     return row
@@ -336,9 +337,23 @@ def prediction_error(rows: dict[str, dict]) -> dict:
 BEGIN, END = "<!-- step-time:begin -->", "<!-- step-time:end -->"
 
 
+def distributed(row: dict, config: str) -> bool:
+    """Whether a row ran on more than one device: a fixed strategy always spreads over the setup's
+    devices, as every peer does; `auto` only where its plan did (`devices`, recorded by runs since the
+    field exists; before it, a between-graph run is one whose tasks each ran a replica)."""
+    if "devices" in row:
+        return int(row["devices"]) > 1
+    return not config.startswith("tag-auto") or bool(row.get("between_graph"))
+
+
 def render(data: dict) -> str:
     """RESULTS.md's step-time tables from a run's JSON: every row, then tag_tf's best against the best peer."""
-    lines = ["| model | configuration | median ms | min–max ms | first step s | loss first → last | loopback kB/step |",
+    from benchmarks.report import measured_when
+
+    lines = [f"Global batch {data['batch']}, median of {data['steps']} steps after {data['warmup']} warm-up steps, "
+             f"{data.get('repeats', 1)} round(s) over every configuration (a row is its median round); "
+             f"{data.get('cores', '?')} cores ({data.get('machine', 'machine not recorded')}); {measured_when(data)}.",
+             "", "| model | configuration | median ms | min–max ms | first step s | loss first → last | loopback kB/step |",
              "|---|---|---|---|---|---|---|"]
     zoo_order = ("mlp", "cnn", "transformer", "bert-small")
 
@@ -363,7 +378,7 @@ def render(data: dict) -> str:
 
     def best(model: str, configs: list[str]) -> tuple[str, float] | None:
         found = [(c, data["rows"][f"{model}/{c}"]["median_ms"]) for c in configs
-                 if "median_ms" in data["rows"].get(f"{model}/{c}", {})]
+                 if "median_ms" in data["rows"].get(f"{model}/{c}", {}) and distributed(data["rows"][f"{model}/{c}"], c)]
         return min(found, key=lambda cv: cv[1]) if found else None
 
     def versus(ours: tuple[str, float] | None, peer: tuple[str, float] | None, strip: str) -> str:
@@ -372,12 +387,25 @@ def render(data: dict) -> str:
         return (f"{ours[0].removeprefix('tag-').removesuffix(strip)} {ours[1]:.1f} / {peer[0]} {peer[1]:.1f} ms = "
                 f"{ours[1] / peer[1]:.2f}x")
 
+    kept_one = []
+    for key in keys:
+        row, (model, config) = data["rows"][key], key.split("/")
+        if config.startswith("tag-") and "median_ms" in row and not distributed(row, config):
+            single = data["rows"].get(f"{model}/tf1-single", {}).get("median_ms")
+            what = ("its plan kept one device" if row.get("devices") == 1 else
+                    "this run did not record how many devices its plan used")
+            kept_one.append(f"{model} {config.removeprefix('tag-')} ({row['median_ms']:.1f} ms): {what}"
+                            + ("" if single is None or row.get("devices") != 1 else
+                               f"; against the plain one-device run {single:.1f} ms = {row['median_ms'] / single:.2f}x"))
     for model in models:
         one = versus(best(model, [c for c in CONFIGS if c.startswith("tag-") and c.endswith("-local2")]),
                      best(model, ["mirrored-local2"]), "-local2")
         two = versus(best(model, [c for c in CONFIGS if c.startswith("tag-") and c.endswith("-2proc-tfconfig")]),
                      best(model, ["mwms-2proc", "horovod-2proc"]), "-2proc-tfconfig")
         lines.append(f"| {model} | {one} | {two} |")
+    if kept_one:
+        lines += ["", "Left out of the comparison with the distributed peers (only distributed tag_tf rows are compared with "
+                  "them): " + "; ".join(kept_one) + "."]
     if data.get("prediction"):
         lines += [""] + render_prediction(data, keys)
     return "\n".join(lines) + "\n"
@@ -502,6 +530,9 @@ def main() -> None:
     if args.predict:
         out["prediction"] = prediction_error(rows)
         print(json.dumps(out["prediction"], indent=1))
+    from benchmarks.report import stamp
+
+    out = stamp(out)
     name = "step_time_quick.json" if args.quick else "step_time.json"
     path = args.out or os.path.join(ROOT, "benchmarks", "results", name)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
