@@ -17,6 +17,8 @@ import argparse
 import json
 import os
 import platform
+import re
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -55,6 +57,76 @@ def _series(name: str, samples, record) -> dict:
             "fit": fit.to_dict()}
 
 
+# Sizes whose measured and fitted times the RESULTS.md section shows (those the run measured).
+SHOWN_SIZES = (1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
+
+
+def _describe(key: str) -> str:
+    """A series key of comm_local.json in words."""
+    if key == "p2p_grpc_2proc":
+        return "p2p, gRPC between 2 server processes"
+    m = re.fullmatch(r"allreduce_(\d+)dev_inproc", key)
+    if m:
+        return f"all-reduce, {m.group(1)} virtual CPU devices in one session"
+    m = re.fullmatch(r"allreduce_(\d+)proc_grpc", key)
+    if m:
+        return f"all-reduce, {m.group(1)} server processes (gRPC)"
+    return key
+
+
+def _us(seconds: float) -> str:
+    v = seconds * 1e6
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}"
+
+
+def _ms(seconds: float) -> str:
+    v = seconds * 1e3
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}" if v >= 1 else f"{v:.3f}"
+
+
+def render(data: dict) -> str:
+    """RESULTS.md's communication section (everything after its heading) from comm_local.json alone."""
+    from benchmarks.report import measured_when
+
+    series = data["series"]
+    used = {json.dumps(f, sort_keys=True) for group in ("p2p", "allreduce")
+            for f in data.get("comm_model_local", {}).get(group, {}).values()}
+    sizes = sorted({n for s in series.values() for n in s["sizes"]})
+    host = data.get("host", {})
+    lines = [f"MEASURED on this machine ({host.get('machine', 'cpu')}, {host.get('cpus', '?')} CPUs, no GPU); "
+             f"{measured_when(data)}. Real TensorFlow transfers from {_human(sizes[0])} to {_human(sizes[-1])} "
+             f"(sizes doubling), {data['repeats']} repeats each: {data['method']}. Each series is fitted by a continuous "
+             "piecewise-linear model of time against bytes (`SegmentedLinear`); within a segment time = intercept + "
+             "bytes / bandwidth (the first segment's intercept is the small-message latency; a later one is where "
+             "its line meets zero bytes, and may be negative). For an all-reduce, bandwidth counts the reduced "
+             "tensor's bytes. Series marked * are the ones the `local` topology's simulator uses.", "",
+             "| series | sizes | intercept µs | bandwidth GB/s | fit error (relative RMS) |", "|---|---|---|---|---|"]
+    for key, s in series.items():
+        fit = s["fit"]
+        lo, hi = fit.get("fit_range") or (min(s["sizes"]), max(s["sizes"]))
+        edges = [lo, *fit["breakpoints"], hi]
+        mark = "*" if json.dumps(fit, sort_keys=True) in used else ""
+        for i, (slope, intercept) in enumerate(zip(fit["slopes"], fit["intercepts"])):
+            bw = f"{1 / slope / 1e9:.2f}" if slope > 0 else "n/a"
+            span = f"{_human(int(edges[i]))}–{_human(int(edges[i + 1]))}"
+            name = f"{_describe(key)}{mark}" if i == 0 else ""
+            err = f"{fit['error']:.1%}" if i == 0 else ""
+            lines.append(f"| {name} | {span} | {_us(intercept)} | {bw} | {err} |")
+    shown = [n for n in SHOWN_SIZES if n in sizes] or sizes[:: max(1, len(sizes) // 4)]
+    lines += ["", "Measured (fitted) time per transfer or all-reduce, ms:", "",
+              "| size | " + " | ".join(_describe(k) for k in series) + " |", "|---" * (len(series) + 1) + "|"]
+    for n in shown:
+        cells = []
+        for s in series.values():
+            if n not in s["sizes"]:
+                cells.append("-")
+                continue
+            t = s["seconds"][s["sizes"].index(n)]
+            cells.append(f"{_ms(t)} ({_ms(SegmentedLinear.from_dict(s['fit']).predict(n))})")
+        lines.append(f"| {_human(n)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cap", type=int, default=64 << 20, help="largest size in bytes")
@@ -86,7 +158,10 @@ def main() -> int:
 
     topo = local(args.devices)
     model = CommModel.from_measurements(topo, p2p=p2p, allreduce={args.devices: ar})
-    doc = {
+    sys.path.insert(0, os.path.dirname(HERE))
+    from benchmarks.report import stamp
+
+    doc = stamp({
         "benchmark": "comm_profile",
         "host": {"machine": platform.machine(), "python": platform.python_version(),
                  "cpus": os.cpu_count()},
@@ -96,7 +171,7 @@ def main() -> int:
         "elapsed_s": round(time.time() - started, 1),
         "series": results,
         "comm_model_local": model.to_dict(),
-    }
+    })     # with the date and code, which the RESULTS.md section states (render)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)

@@ -61,7 +61,7 @@ def _model_kwargs() -> dict[str, dict]:
     return {"mlp": dict(COMMON, tiny=False), "cnn": dict(COMMON, tiny=False), "transformer": MODEL_KWARGS["transformer"]}
 
 
-TAG_ROWS = ("tag-auto", "tag-dp", "tag-dp-p", "tag-horovod", "tag-horovod-p")
+TAG_ROWS = ("tag-auto", "tag-dp", "tag-dp-p", "tag-horovod", "tag-horovod-p", "tag-best-subset")
 # plain: the program alone on the fastest host as its user runs it (TensorFlow's defaults); plain-as-written:
 # the same with TensorFlow's graph rewrites (Grappler) off, which tag_tf chooses where its profile measured
 # them slower (`OpProfile.runtime_fit`): a single-host program gets that without any plan.

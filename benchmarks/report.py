@@ -83,10 +83,16 @@ SECTIONS: tuple[Section, ...] = (
     Section("compile-time", "compile.json", _from_json("compile_time", "compile.json")),
     Section("simulator-speed", "simulator_speed.json", _from_json("simulator_speed", "simulator_speed.json")),
     Section("plan-quality", "plan_quality.json", _from_json("plan_quality", "plan_quality.json")),
+    Section("calibration", "calibration.json", _from_json("calibration", "calibration.json")),
+    Section("strategy-creator", "strategy_creator.json", _from_json("strategy_creator", "strategy_creator.json")),
     Section("search-convergence", "search_convergence.json", _from_json("search_convergence", "search_convergence.json")),
     Section("hetero_real", "hetero_real.json", _from_json("hetero_real", "hetero_real.json")),
     Section("step-time", "step_time.json", _from_json("step_time", "step_time.json")),
     Section("step-time-studies", "step_time_*.json, remote_step.json", _studies),
+    Section("simulator-accuracy", "simulator_accuracy.json", _from_json("simulator_accuracy", "simulator_accuracy.json")),
+    Section("costmodel", "costmodel.json", _from_json("costmodel_calibrate", "costmodel.json")),
+    Section("communication", "comm_local.json", _from_json("comm_profile", "comm_local.json")),
+    Section("sfb-real", "sfb_real.json", _from_json("sfb_real", "sfb_real.json")),
     Section("paper-evaluation", "paper_*.json", _paper),
 )
 

@@ -27,11 +27,11 @@ def test_hetero_real_quick(tmp_path):
     rows = data["clusters"]["compute"]["models"]["cnn"]
     assert [h["name"] for h in data["clusters"]["compute"]["measured"]["hosts"]] == ["fast", "half", "quarter"]
     for name in ("plain", "plain-as-written", "tag-auto", "tag-dp", "tag-dp-p", "tag-horovod", "tag-horovod-p",
-                 "mwms"):
+                 "tag-best-subset", "mwms"):
         assert "median_ms" in rows[name], (name, rows[name])
         assert abs(rows[name]["last_loss"] - rows["plain"]["last_loss"]) <= 1e-4 * abs(rows["plain"]["last_loss"]), name
     assert "absent" in rows["horovod"] or "median_ms" in rows["horovod"]
-    for name in ("tag-auto", "tag-dp", "tag-dp-p", "tag-horovod", "tag-horovod-p"):
+    for name in ("tag-auto", "tag-dp", "tag-dp-p", "tag-horovod", "tag-horovod-p", "tag-best-subset"):
         assert rows[name]["predicted_ms"] > 0 and rows[name]["plan"]["hosts"], name
     auto = rows["tag-auto"]
     if auto["plan"]["one_device"] and auto["plan"]["hosts"] == ["fast"]:     # the chief's host alone: its own session
@@ -41,4 +41,4 @@ def test_hetero_real_quick(tmp_path):
     assert rows["tag-dp"]["plan"]["shares"] is None
     verdict = data["verdicts"]["compute/cnn"]
     assert verdict["best_baseline"] in ("plain", "plain-as-written", "tag-dp", "tag-dp-p", "tag-horovod",
-                                        "tag-horovod-p")
+                                        "tag-horovod-p", "tag-best-subset")

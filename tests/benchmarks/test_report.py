@@ -52,3 +52,17 @@ def test_real_run_rows_say_whether_they_were_distributed():
     speedups = summarize(rows)["speedups"]
     assert set(speedups) == {"m/local2/auto_over_single", "m/2proc/auto_over_single", "m/2proc/auto_over_dp"}
     assert speedups["m/2proc/auto_over_dp"]["measured"] == 3.0
+
+
+def test_text_outside_the_generated_sections_states_no_measured_figure():
+    """Every figure lives in a generated section: the hand-written text around them may name a
+    method (cores, budgets, layers) but no time, ratio or error."""
+    import re
+
+    from benchmarks.report import MARKDOWN
+
+    text = open(MARKDOWN).read()
+    outside = re.sub(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", "", text, flags=re.S)
+    figures = [line for line in outside.splitlines()
+               if re.search(r"\d(\.\d+)?\s?(ms\b|%|x\b|us\b)", line) and not line.startswith("#")]
+    assert not figures, figures
