@@ -246,10 +246,20 @@ class Distribution:
         if message is None:
             log.info("tag_tf: task %d: the chief ended the run", role.task)
             raise SystemExit(code)
-        if message["mode"] != BETWEEN:
-            log.info("tag_tf: task %d serves; the chief drives every step (%s)", role.task, message["reason"])
+        idle = message["mode"] == BETWEEN and role.task not in message.get("tasks", [role.task])
+        if message["mode"] != BETWEEN or idle:
+            if idle:
+                log.info("tag_tf: task %d has no part in the chief's plan (it runs on task(s) %s): it serves until the "
+                         "chief ends the run", role.task, ", ".join(map(str, message["tasks"])))
+            else:
+                log.info("tag_tf: task %d serves; the chief drives every step (%s)", role.task, message["reason"])
             if roles.serves_at_exit(role):
                 raise SystemExit(0)           # the exit handler serves until the chief ends the run
+            if idle:                          # the chief waits for every task's script to end before its own
+                try:
+                    roles.tell_chief(role, roles.FINISHED_QUEUE)
+                except ClusterError:
+                    pass                      # the chief is gone: serve_until_done says so
             raise SystemExit(roles.serve_until_done(role, self._server))
         return message
 
@@ -559,7 +569,8 @@ class Distribution:
             return None
         if step is not None:
             try:
-                roles.wait_for_tokens(role, roles.READY_QUEUE, roles.READY_DEADLINE_S, "build its part of each step")
+                roles.wait_for_tokens(role, roles.READY_QUEUE, roles.READY_DEADLINE_S, "build its part of each step",
+                                      tasks=program.part_tasks)
             except BaseException:
                 step.close()
                 raise
@@ -588,7 +599,7 @@ class Distribution:
         message = {"mode": BETWEEN if step is not None else "chief", "reason": reason, "graph": program.ir.fingerprint,
                    "strategy": program.plan.strategy.to_dict(), "topology": program.target.topology.to_dict(),
                    "fetches": fetches, "run_ops": roots, "digest": graph_digest(program.ir, program.compiled),
-                   "as_written": program.as_written}
+                   "as_written": program.as_written, "tasks": list(program.part_tasks or ())}
         program.between = step is not None
         if step is None:
             roles.set_chief_drives(role)
@@ -608,11 +619,15 @@ class Distribution:
         """This task's own part of every training step (NotLocal when the plan has edges between
         tasks that only a single driver can run)."""
         from tag_tf.compiler.compile import instance_key_base
-        from tag_tf.compiler.localize import localize
+        from tag_tf.compiler.localize import NotLocal, localize
 
         c = program.compiled
         parts = localize(c.graph_def, list(c.fetch_tensors.values()), list(c.run_ops.values()), c.instances,
                          instance_key_base(program.analysis, program.plan.strategy, c.devices))
+        if task not in parts:
+            raise NotLocal(f"between-graph: the plan leaves task {task} out (it runs on task(s) "
+                           f"{', '.join(map(str, sorted(parts)))})")
+        program.part_tasks = tuple(sorted(parts))
         if parts[task].riding:
             log.info("tag_tf: %d whole-batch fetch(es) summed over the tasks ride the gradients' all-reduce",
                      len(parts[task].riding))

@@ -238,6 +238,8 @@ class Program:
         # Run as written (TensorFlow's graph rewrites off): the profile found them slower for this program.
         self.as_written = False
         self.task_sessions = 0
+        # In a between-graph run: the tasks holding a part of the plan (others only serve).
+        self.part_tasks: tuple[int, ...] | None = None
 
     # -- names -------------------------------------------------------------------------------
     def _known(self, op: str, what: str) -> None:

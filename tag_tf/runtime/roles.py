@@ -26,7 +26,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from tag_tf.errors import ClusterError
 from tag_tf.runtime.cluster import DEFAULT_TIMEOUT_MS, TRUST_WARNING, ClusterSpec
@@ -362,12 +362,12 @@ def tell_chief(role: Role, queue: str) -> None:
                            f"{role.spec.tasks[role.chief]}): {type(e).__name__}") from None
 
 
-def wait_for_tokens(role: Role, queue: str, deadline_s: float, what: str) -> None:
-    """On the chief: wait until every other task has put its number on `queue`; ClusterError naming
-    a task that died, or the ones that did not `what` within `deadline_s`."""
+def wait_for_tokens(role: Role, queue: str, deadline_s: float, what: str, tasks: Iterable[int] | None = None) -> None:
+    """On the chief: wait until every other task (of `tasks`, default all) has put its number on
+    `queue`; ClusterError naming a task that died, or the ones that did not `what` within `deadline_s`."""
     import tensorflow as tf
 
-    waiting = {t for t in range(len(role.spec.tasks)) if t != role.chief}
+    waiting = {t for t in (range(len(role.spec.tasks)) if tasks is None else tasks) if t != role.chief}
     graph = tf.Graph()
     with graph.as_default():
         q = _token_queue(tf, role.chief, role.spec.job, queue)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import numpy as np
@@ -196,7 +197,7 @@ class GnnPrior:
         self.features = features
 
     def __call__(self, prefix: tuple[int, ...], group: int, leaf_report: SimReport | None) -> np.ndarray:
-        with torch.no_grad():
+        with torch.inference_mode():
             logp = self.model(self.features.data(prefix, leaf_report), group, self.features.action_mask,
                               self.features.action_option)
         return logp.exp().double().numpy()
@@ -259,6 +260,9 @@ def shipped_weights() -> str | None:
     return str(path) if path.is_file() else None
 
 
+_NETWORKS: dict[tuple[str, int, int], StrategyGNN] = {}
+
+
 def default_network(weights: str | None = None, seed: int = 0) -> StrategyGNN:
     """The network `--prior gnn` uses: `weights`, else the shipped weights, else an untrained one
     (logged: its priors are only as good as chance)."""
@@ -266,7 +270,11 @@ def default_network(weights: str | None = None, seed: int = 0) -> StrategyGNN:
 
     path = weights or shipped_weights()
     if path is not None:
-        return load_weights(path)[0]
+        stat = os.stat(path)
+        key = (os.path.abspath(path), stat.st_mtime_ns, stat.st_size)
+        if key not in _NETWORKS:          # one load per process and file: every search reuses it (inference only)
+            _NETWORKS[key] = load_weights(path)[0].eval()
+        return _NETWORKS[key]
     logging.getLogger("tag_tf.gnn").warning("no trained GNN weights (tag-tf train-gnn, or %s): the GNN prior is "
                                             "an untrained network", ENV_WEIGHTS)
     return untrained(seed)

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -292,3 +293,32 @@ def test_tasks_feeding_different_batches_are_told(tmp_path):
     assert "restored" in second[1][0] and "restored" not in second[0][0]
     assert "task 0 fed another first batch than task(s) 1" in second[1][1]
     assert "task 1 fed another first batch than task(s) 0" in second[0][1]
+
+
+def test_a_task_the_plan_leaves_out_serves_and_the_others_train_between_graph(tmp_path):
+    """A plan on the first two tasks' devices only (as `best-subset` makes when a host is not worth
+    its link): the two drive their own parts and return the plain run's losses; the third says it
+    has no part, serves until the chief ends the run and exits 0 (it crashed with a KeyError and took
+    the run down before), and the chief does not wait out the finish deadline for it."""
+    script = os.path.join(os.path.dirname(__file__), "subset_task.py")
+    ports = free_ports(3)
+    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
+
+    def launch(tf_config: dict | None) -> subprocess.Popen:
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=str(tmp_path / "cache"))
+        env.pop("TF_CONFIG", None)
+        if tf_config is not None:
+            env["TF_CONFIG"] = json.dumps(tf_config)
+        return subprocess.Popen([sys.executable, script], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    started = time.monotonic()
+    procs = [launch({"cluster": cluster, "task": {"type": t, "index": i}})
+             for t, i in (("worker", 0), ("worker", 1), ("chief", 0))]
+    plain = launch(None)
+    (w0, w1, chief), (plain_out, _) = _outputs(procs), plain.communicate(timeout=300)
+    assert time.monotonic() - started < 200          # not the chief's 300 s wait for a task that never finishes
+    assert "every task drives its own part of each step (between-graph)" in chief[1]
+    assert "task 2 has no part in the chief's plan (it runs on task(s) 0, 1)" in w1[1], w1[1][-2000:]
+    assert _losses(w1[0]) == [] and len(_losses(plain_out)) == 3
+    for out, _ in (chief, w0):
+        np.testing.assert_allclose(_losses(out), _losses(plain_out), rtol=1e-4)
