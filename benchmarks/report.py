@@ -86,6 +86,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("calibration", "calibration.json", _from_json("calibration", "calibration.json")),
     Section("strategy-creator", "strategy_creator.json", _from_json("strategy_creator", "strategy_creator.json")),
     Section("search-convergence", "search_convergence.json", _from_json("search_convergence", "search_convergence.json")),
+    Section("gnn-wallclock", "gnn_wallclock.json", _from_json("gnn_wallclock", "gnn_wallclock.json")),
     Section("hetero_real", "hetero_real.json", _from_json("hetero_real", "hetero_real.json")),
     Section("step-time", "step_time.json", _from_json("step_time", "step_time.json")),
     Section("step-time-studies", "step_time_*.json, remote_step.json", _studies),

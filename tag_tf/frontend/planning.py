@@ -44,7 +44,7 @@ SFB = "+sfb"                    # a baseline with sufficient factor broadcasting
 PLANNED = ("auto", *BASELINE_REQUESTS, *(b + SFB for b in BASELINE_REQUESTS))
 CACHE_FORMAT = "tag_tf.plan/2"
 # Bumped whenever the planner's choices change for the same inputs: older cached plans then miss.
-PLANNER_VERSION = "mcts/4"      # 2: group refinement, per-plan shares, balanced groups; 3: SFB; 4: the trained GNN prior
+PLANNER_VERSION = "mcts/5"      # 2: group refinement, per-plan shares, balanced groups; 3: SFB; 4: the trained GNN prior; 5: pure MCTS by default (gnn_wallclock)
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -200,7 +200,7 @@ def search(sim: Simulator, topology: Topology, *, method: str = "mcts", options:
            prior: str | None = None,
            weights: str | None = None, sfb: bool = True) -> Search:
     """The strategy creator, as `auto` and `tag-tf plan` both run it: MCTS (`options`: MctsOptions;
-    `prior`: by default search.priors.default_prior, the shipped GNN unless every device is a CPU)
+    `prior`: by default search.priors.default_prior: pure MCTS, or the shipped GNN on request)
     or the greedy local search ("local", for the same budget), then (`sfb`) sufficient factor
     broadcasting where it simulates faster.
 
@@ -237,7 +237,7 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
                 costs: StoredCosts | None = None, sfb: bool = True, sim: Simulator | None = None,
                 drive_s: float = 0.0) -> Strategy:
     """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds:
-    the strategy creator's MCTS (guided by the shipped GNN on GPU clusters), polished by the local
+    the strategy creator's MCTS (search.priors.default_prior guides it), polished by the local
     search's moves, then (`sfb`) sufficient factor broadcasting where it simulates faster; never
     slower (simulated) than the best baseline. Shows a progress bar on terminals. With no `budget_s`
     the search ends early once it has converged (DEFAULT_PATIENCE_S); a given budget bounds the search and

@@ -151,7 +151,7 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
                 record: list[VisitRecord] | None = None) -> MctsResult:
     """Plan `sim`'s graph on `topology` by MCTS (see the module doc). `prior` is "gnn" (the
     heterogeneous GNN, mixed with the uniform prior at `options.prior_mix`), "uniform" (pure MCTS),
-    None (priors.default_prior: the GNN unless every device is a CPU) or a
+    None (priors.default_prior: pure MCTS unless DEFAULT_PRIOR says otherwise) or a
     callable `prior(prefix, group, leaf)` giving the probabilities of the actions for `group` after
     the decisions `prefix`; `leaf` is the SimReport of the vertex's leaf plan (runtime feedback),
     None at the root or when it did not run. `weights`: the GNN's weights file (default: the

@@ -80,10 +80,15 @@ def test_the_root_is_swept_in_the_priors_order():
     assert len(set(roots_expanded(False))) < k
 
 
-def test_the_gnn_plans_gpu_clusters_and_pure_mcts_cpu_ones():
-    from tag_tf.search.priors import default_prior
+def test_pure_mcts_plans_by_default_and_the_gnn_never_plans_cpus(monkeypatch):
+    """The default follows benchmarks/gnn_wallclock.py's verdict (uniform); were it the GNN, a cluster of
+    CPUs would still be planned by pure MCTS (the GNN never saw one)."""
+    from tag_tf.search import priors
 
-    assert default_prior(["cpu", "cpu"]) == "uniform" and default_prior(["cpu", "V100-32GB"]) == "gnn"
+    assert priors.DEFAULT_PRIOR == "uniform"
+    assert priors.default_prior(["cpu", "cpu"]) == "uniform" and priors.default_prior(["V100-32GB"]) == "uniform"
+    monkeypatch.setattr(priors, "DEFAULT_PRIOR", "gnn")
+    assert priors.default_prior(["cpu", "cpu"]) == "uniform" and priors.default_prior(["cpu", "V100-32GB"]) == "gnn"
     _, a = analysis_of("mlp", num_groups=3)
     for topology, prior in (("local:2", "uniform"), (TWO_MACHINES, "gnn")):
         topo = load_topology(topology) if isinstance(topology, str) else topology_from_dict(topology)
@@ -174,9 +179,12 @@ def test_plan_cli_json_and_round_trip(tmp_path, capsys):
     code = main(["simulate", "--model", "cnn", "--tiny", "--batch", "64", "--topology", "testbed", "--strategy", str(out), "--json"])
     assert code == 0
     assert json.loads(capsys.readouterr().out)["iteration_time_s"] == pytest.approx(report["iteration_time_s"])
-    # Without --prior, the shipped GNN guides the search.
+    # Without --prior, pure MCTS (the default gnn_wallclock chose); --prior gnn asks for the shipped GNN.
     assert main(["plan", "--model", "cnn", "--tiny", "--batch", "64", "--topology", "testbed", "--budget-s", "3",
                  "--iterations", "40", "--no-sfb", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["prior"] == "uniform"
+    assert main(["plan", "--model", "cnn", "--tiny", "--batch", "64", "--topology", "testbed", "--budget-s", "3",
+                 "--iterations", "40", "--no-sfb", "--prior", "gnn", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["prior"] == "gnn"
     assert main(["plan", "--model", "cnn", "--tiny", "--batch", "64", "--topology", "testbed", "--prior", "uniform",
                  "--weights", str(tmp_path / "w.pt"), "--json"]) != 0

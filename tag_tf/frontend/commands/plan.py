@@ -32,7 +32,8 @@ def register(sub) -> None:
                    help="the strategy creator: MCTS (default) or the greedy local search")
     p.add_argument("--prior", choices=PRIORS,
                    help="MCTS prior: gnn (the trained GNN shipped with tag_tf, or --weights) or uniform (pure MCTS); "
-                        "default: gnn, or uniform where every device is a CPU (as distribute's auto)")
+                        "default: uniform, as distribute's auto (benchmarks/gnn_wallclock.py: at equal wall-clock the "
+                        "GNN found no faster plan)")
     p.add_argument("--weights", help="GNN weights file for --prior gnn (default: $TAG_TF_GNN_WEIGHTS, else the "
                                      "shipped weights; `tag-tf train-gnn` writes one)")
     p.add_argument("--seed", type=int, default=0, help="MCTS seed (ties, GNN initialisation)")
