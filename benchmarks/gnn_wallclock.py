@@ -53,20 +53,6 @@ def large_topology(gpus: int, seed: int) -> dict:
             "inter": {"matrix": matrix, "latency": "10us"}}
 
 
-def analysis_for(model: str, batch: int | None):
-    """A paper model's analysis (dropout off), at its zoo batch or at `batch`."""
-    from tag_tf.analysis import analyze
-    from tag_tf.context import PassContext
-    from tag_tf.models import build_model
-    from tag_tf.profile.weights import reference_weights
-
-    def build(b: int | None = None):
-        return build_model(model, dropout=0.0, **({} if b is None else {"batch_size": b}))
-    built = build(batch)
-    return analyze(PassContext(), built.ir(), rebuild=lambda b: build(b).ir(), batch_size=built.batch_size,
-                   weight_fn=reference_weights)
-
-
 def plan_once(analysis, topology, prior: str, budget_s: float, seed: int) -> dict:
     """One planner run as `auto` runs it; the wall clock around everything the prior costs."""
     from tag_tf.search.mcts import MctsOptions, mcts_search
@@ -85,7 +71,7 @@ def plan_once(analysis, topology, prior: str, budget_s: float, seed: int) -> dic
 def run(budgets: list[float], small: int, large: list[int], say=print) -> dict:
     import numpy as np
 
-    from tag_tf.search.gnn_training import HELD_OUT_BASE
+    from tag_tf.search.gnn_training import HELD_OUT_BASE, zoo_analysis
     from tag_tf.topology.load import load_topology
     from tag_tf.topology.random_gen import random_topology
 
@@ -105,7 +91,7 @@ def run(budgets: list[float], small: int, large: list[int], say=print) -> dict:
         topology = make()
         key = (model, batch)
         if key not in analyses:
-            analyses[key] = analysis_for(model, batch)
+            analyses[key] = zoo_analysis(model, batch_size=batch)
         for budget in budgets:
             row = {"kind": kind, "topology": name, "devices": topology.num_devices, "model": model,
                    "batch": analyses[key].batch_size, "budget_s": budget}

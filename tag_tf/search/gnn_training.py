@@ -230,8 +230,9 @@ class Trainer:
         return meta
 
 
-def zoo_analysis(model: str, tiny: bool = False) -> Analysis:
-    """The analysis of a zoo model at its default batch size (dropout off: searches compare plans)."""
+def zoo_analysis(model: str, tiny: bool = False, batch_size: int | None = None) -> Analysis:
+    """The analysis of a zoo model at its default batch size, or `batch_size` (dropout off: searches
+    compare plans)."""
     from tag_tf.analysis import analyze
     from tag_tf.context import PassContext
     from tag_tf.models import build_model
@@ -240,7 +241,7 @@ def zoo_analysis(model: str, tiny: bool = False) -> Analysis:
     def build(batch: int | None = None) -> Any:
         sized: dict[str, Any] = {} if batch is None else {"batch_size": batch}
         return build_model(model, tiny=tiny, dropout=0.0, **sized)
-    built = build()
+    built = build(batch_size)
     return analyze(PassContext(), built.ir(), rebuild=lambda b: build(b).ir(), batch_size=built.batch_size,
                    weight_fn=reference_weights)
 
