@@ -20,8 +20,13 @@ A tag_tf row also reports the plan it ran (groups, options, hosts, batch shares)
 step time (the simulator the planner judged plans with, on the discovered topology; for a plan on
 one device, the plain program's), planning time and first step.
 
+With --rounds R every row runs R times, interleaved (round r starts its row order r places further
+on), and reports the median of its R medians (`rounds_ms` keeps each): a shared 2-core machine drifts
+by 15-35% over a cluster's minutes, which one pass per row charges to whichever rows ran in a slow
+stretch. Later rounds find auto's plan in the plan cache (planning time is the first round's).
+
 Usage (root): python benchmarks/hetero_real.py [--quick] [--clusters compute,link,mixed]
-                  [--models mlp,cnn,transformer] [--batch 48] [--warmup 5] [--steps 15] [--merge]
+                  [--models mlp,cnn,transformer] [--batch 48] [--warmup 5] [--steps 15] [--rounds 1] [--merge]
 Writes benchmarks/results/hetero_real.json (--quick: hetero_real_quick.json; --out: that file), the
 RESULTS.md section (--markdown '' skips it) and the plot beside the JSON (hetero_real.svg).
 """
@@ -204,16 +209,41 @@ def measure_cluster(name: str, args: argparse.Namespace) -> dict:
             env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
             env.update(TAG_TF_CACHE_DIR=cache, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
             rows: dict = {"profile": run_row(emu, "profile", model, args, env)}
+            runs: dict[str, list[dict]] = {row: [] for row in ROWS}
+            for rnd in range(args.rounds):
+                k = rnd % len(ROWS)
+                for row in ROWS[k:] + ROWS[:k]:
+                    r = run_row(emu, row, model, args, env)
+                    runs[row].append(r)
+                    shown = (f"{r['median_ms']:8.1f} ms  first step {r['first_step_s']:.1f} s  loss {r['first_loss']:.5f}"
+                             f" -> {r['last_loss']:.5f}" if "median_ms" in r else r.get("error") or r.get("absent"))
+                    if "predicted_ms" in r:
+                        shown += f"  predicted {r['predicted_ms']:.1f} ms, plan {r['plan']['hosts']} {r['plan']['shares']}"
+                    label = f"{row} [{rnd + 1}/{args.rounds}]" if args.rounds > 1 else row
+                    print(f"{name:8s} {model:12s} {label:20s} {shown}", flush=True)
             for row in ROWS:
-                rows[row] = run_row(emu, row, model, args, env)
-                r = rows[row]
-                shown = (f"{r['median_ms']:8.1f} ms  first step {r['first_step_s']:.1f} s  loss {r['first_loss']:.5f}"
-                         f" -> {r['last_loss']:.5f}" if "median_ms" in r else r.get("error") or r.get("absent"))
-                if "predicted_ms" in r:
-                    shown += f"  predicted {r['predicted_ms']:.1f} ms, plan {r['plan']['hosts']} {r['plan']['shares']}"
-                print(f"{name:8s} {model:12s} {row:14s} {shown}", flush=True)
+                rows[row] = combine_rounds(runs[row])
+            if args.rounds > 1:
+                rows["rounds"] = args.rounds
             out["models"][model] = rows
     return out
+
+
+def combine_rounds(results: list[dict]) -> dict:
+    """One row from its interleaved rounds: the first measured round's details (plan, losses,
+    prediction, planning time) with the median of every measured round's median step; rounds that
+    failed are counted. A row no round measured is its first round's result (an error, absent)."""
+    measured = [r for r in results if "median_ms" in r]
+    if not measured:
+        return results[0]
+    if len(results) == 1:
+        return results[0]
+    row = dict(measured[0])
+    row["rounds_ms"] = [r["median_ms"] for r in measured]
+    row["median_ms"] = statistics.median(row["rounds_ms"])
+    if len(measured) < len(results):
+        row["rounds_failed"] = [r.get("error") or r.get("absent") for r in results if "median_ms" not in r]
+    return row
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -284,6 +314,8 @@ def render(data: dict) -> str:
                              "absent" if "absent" in r else "error" if r else "not run")
             auto = rows.get("tag-auto", {})
             plan = auto.get("plan") or {}
+            if rows.get("rounds", 1) > 1:
+                model = f"{model} (median of {rows['rounds']} interleaved rounds)"
             if rows.get("measured_with"):
                 model = f"{model} (code {rows['measured_with']['commit']}, {rows['measured_with']['date']})"
             desc = (f"{'+'.join(plan.get('hosts', []))} {plan.get('options')} "
@@ -336,6 +368,8 @@ def main() -> None:
                     help="global batch (default 48: MultiWorkerMirroredStrategy's equal shards over 3 hosts)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every row this many times, interleaved, and report the median (default 1)")
     ap.add_argument("--quick", action="store_true", help="the compute cluster, cnn, 2 + 5 steps")
     ap.add_argument("--merge", action="store_true",
                     help="keep the clusters (and a re-measured cluster's models) of the existing JSON that this run "

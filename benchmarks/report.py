@@ -92,6 +92,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("step-time-studies", "step_time_*.json, remote_step.json", _studies),
     Section("simulator-accuracy", "simulator_accuracy.json", _from_json("simulator_accuracy", "simulator_accuracy.json")),
     Section("costmodel", "costmodel.json", _from_json("costmodel_calibrate", "costmodel.json")),
+    Section("costmodel-gpu", "costmodel_gpu.json", _from_json("costmodel_gpu", "costmodel_gpu.json")),
     Section("communication", "comm_local.json", _from_json("comm_profile", "comm_local.json")),
     Section("sfb-real", "sfb_real.json", _from_json("sfb_real", "sfb_real.json")),
     Section("paper-evaluation", "paper_*.json", _paper),

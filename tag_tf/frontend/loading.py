@@ -72,6 +72,19 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
                                         "$TAG_TF_CACHE_DIR/profiles, else ~/.cache/tag_tf/profiles)")
     p.add_argument("--no-profiles", action="store_true",
                    help="ignore the profile database: op times from the datasheet cost model only")
+    p.add_argument("--no-tf32", action="store_true",
+                   help="cost float32 matmuls and convolutions on GPUs in FP32, as TensorFlow runs them for a "
+                        "program that calls tf.config.experimental.enable_tensor_float_32_execution(False) "
+                        "(default: TF32 from compute capability 8.0, TensorFlow's default)")
+
+
+def apply_cost_args(args: argparse.Namespace) -> None:
+    """Settings of `add_cost_args` that act on this process: `--no-tf32` turns TensorFlow's TF32 off
+    here, so every plan and baseline is judged as such a program runs."""
+    if getattr(args, "no_tf32", False):
+        import tensorflow as tf
+
+        tf.config.experimental.enable_tensor_float_32_execution(False)
 
 
 def stored_costs(loaded: Loaded, analysis: Analysis, topology: Topology, args: argparse.Namespace
@@ -176,5 +189,5 @@ def analysis_for(loaded: Loaded, args: argparse.Namespace, ctx: PassContext | No
     return analyze(ctx, loaded.graph, rebuild=loaded.rebuild, weight_fn=reference_weights)
 
 
-__all__ = ["FUSION_HELP", "Loaded", "STRATEGY_HELP", "with_fusion", "add_model_args", "load", "analysis_for", "model_ir", "strategy_from_spec",
+__all__ = ["apply_cost_args", "FUSION_HELP", "Loaded", "STRATEGY_HELP", "with_fusion", "add_model_args", "load", "analysis_for", "model_ir", "strategy_from_spec",
            "add_cost_args", "stored_costs"]

@@ -44,7 +44,7 @@ SFB = "+sfb"                    # a baseline with sufficient factor broadcasting
 PLANNED = ("auto", *BASELINE_REQUESTS, *(b + SFB for b in BASELINE_REQUESTS))
 CACHE_FORMAT = "tag_tf.plan/2"
 # Bumped whenever the planner's choices change for the same inputs: older cached plans then miss.
-PLANNER_VERSION = "mcts/5"      # 2: group refinement, per-plan shares, balanced groups; 3: SFB; 4: the trained GNN prior; 5: pure MCTS by default (gnn_wallclock)
+PLANNER_VERSION = "mcts/6"      # 2: group refinement, per-plan shares, balanced groups; 3: SFB; 4: the trained GNN prior; 5: pure MCTS by default (gnn_wallclock); 6: the GPU kernel model (TF32, waves, Winograd)
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -82,15 +82,29 @@ DEFAULT_PATIENCE_S = 3.0
 SFB_SHARE = 0.2
 
 
+def tf32_enabled() -> bool:
+    """Whether this process's TensorFlow runs float32 matmuls and convolutions in TF32 on GPUs that
+    have it (its default; a program turns it off with
+    `tf.config.experimental.enable_tensor_float_32_execution(False)`, `--no-tf32` on the CLI)."""
+    import tensorflow as tf
+
+    return bool(tf.config.experimental.tensor_float_32_execution_enabled())
+
+
 def simulator(analysis: Analysis, topology: Topology, calibration: Any = "default",
               costs: StoredCosts | None = None) -> Simulator:
     """The simulator plans are judged with: `calibration`'s physics, op times from `costs` (the
-    profile database's StoredCosts: measured profiles, calibrated constants) where it has them."""
+    profile database's StoredCosts: measured profiles, calibrated constants) where it has them, GPU
+    matmuls and convolutions in the math mode this process's TensorFlow runs them in."""
+    from tag_tf.profile.costmodel import CostModel
     from tag_tf.sim.simulator import Simulator
 
+    model = costs.model if costs is not None else CostModel()
+    if not tf32_enabled():
+        model = model.with_tf32(False)
     if costs is None:
-        return Simulator(analysis, topology, calibration=calibration)
-    return Simulator(analysis, topology, calibration=calibration, profile=costs.profiles, cost_model=costs.model)
+        return Simulator(analysis, topology, calibration=calibration, cost_model=model)
+    return Simulator(analysis, topology, calibration=calibration, profile=costs.profiles, cost_model=model)
 
 
 LOCAL_CALIBRATION = "local"
@@ -507,6 +521,10 @@ class PlanCache:
         """Where the plan of a PLANNED `request` for `analysis` on `topology` lives: a plan made under
         other physics (calibration values, measured op times) or without SFB is another plan."""
         physics = f"+cal:{_calibration_key(calibration, topology)}"
+        if any(d.type != "cpu" for d in topology.devices):
+            from tag_tf.profile.kernels import table_digest
+
+            physics += f"+kernels:{table_digest()}" + ("" if tf32_enabled() else "+notf32")
         if costs is not None and not costs.empty:
             physics += f"+costs:{costs.digest}"
         if request == "auto" and not sfb:

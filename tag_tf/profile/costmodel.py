@@ -21,6 +21,13 @@ datasheet `GpuType` (tag_tf.topology.gpus); efficiencies and overheads from `Cos
   generations), else `DEFAULT_GPU_CONSTANTS`: typical fractions of peak for FP32 cuBLAS/cuDNN and
   memory-bound kernels -- datasheet-based priors, not measurements.
 
+On GPU types, matmuls and convolutions whose GEMM view is known (`GraphWork.kernels`) are costed by
+the kernel model instead (profile/kernels.py: math modes -- TF32 by default from compute capability
+8.0, `CostModel(tf32=False)` for a program that turns it off, FP16/BF16 tensor cores for half-precision
+ops --, waves of tiles over the SMs, per-family efficiencies fitted on real H100 timings); calibrated
+class efficiencies calibrated on a profile do not apply to it (they were fitted against the FP32
+roofline).
+
 Every term is non-decreasing in flops and bytes, and flops/bytes are non-decreasing in the batch
 size, so predicted times are monotone in the batch size; for a fixed op and constants, a device with
 more peak FLOP/s and bandwidth is never slower (H100 < V100 < T4 on a large matmul).
@@ -35,10 +42,11 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from tag_tf.profile.flops import CLASS_INDEX, OP_CLASSES, OpWork
+from tag_tf.profile.flops import CLASS_INDEX, OP_CLASSES, KernelShapes, OpWork
 
 if TYPE_CHECKING:
     from tag_tf.ir.graph import Graph
+    from tag_tf.profile.kernels import KernelTable
     from tag_tf.profile.op_profile import OpProfile
     from tag_tf.topology.gpus import GpuType
 
@@ -130,12 +138,30 @@ def _resolve_gpu(gpu: GpuType | str) -> GpuType:
 class CostModel:
     """Roofline op times for any GpuType; constants per device type (see the module docstring)."""
 
-    def __init__(self, constants: CostModelConstants | Iterable[CostModelConstants] | None = None):
+    def __init__(self, constants: CostModelConstants | Iterable[CostModelConstants] | None = None, *,
+                 tf32: bool = True, kernel_table: KernelTable | None = None, kernel_model: bool = True):
         if constants is None:
             constants = ()
         elif isinstance(constants, CostModelConstants):
             constants = (constants,)
         self._by_device: dict[str, CostModelConstants] = {c.device: c for c in constants}
+        self.tf32 = bool(tf32)
+        self.kernel_table = kernel_table
+        self.kernel_model = bool(kernel_model)    # False: the plain roofline everywhere (comparisons)
+
+    def with_tf32(self, tf32: bool) -> "CostModel":
+        """The same model with TF32 on or off."""
+        return CostModel(self.constants, tf32=tf32, kernel_table=self.kernel_table, kernel_model=self.kernel_model)
+
+    def math_modes(self, gpu: GpuType | str) -> dict[str, str]:
+        """The math mode each op class of a float32 graph is costed in on `gpu` (for JSON): "tf32"
+        where the kernel model costs float32 matmuls and convolutions in TF32, "fp32" elsewhere."""
+        from tag_tf.profile.kernels import class_modes
+
+        g = _resolve_gpu(gpu)
+        if not self.kernel_modelled(g):
+            return {c: "fp32" for c in OP_CLASSES if c != "none"}
+        return class_modes(g, self.tf32)
 
     @property
     def constants(self) -> tuple[CostModelConstants, ...]:
@@ -160,15 +186,34 @@ class CostModel:
         host = launch / 5.0 if c.host_overhead_s is None else c.host_overhead_s
         return float(launch), float(host)
 
+    def launch_times(self, classes: np.ndarray, gpu: GpuType | str) -> np.ndarray:
+        """Each op's fixed per-kernel cost (s) on `gpu`: its class overhead (host overhead for "none")."""
+        g = _resolve_gpu(gpu)
+        launch, host = self.overheads(g)
+        return self.constants_for(g).overhead_array(launch, host)[_class_indices(classes, np.shape(classes))]
+
+    def kernel_modelled(self, gpu: GpuType | str) -> bool:
+        """Whether matmuls and convolutions with a GEMM view may get the kernel model on `gpu` (GPU types)."""
+        return self.kernel_model and _resolve_gpu(gpu).name != "cpu"
+
+    def kernel_mask(self, kernels: KernelShapes | None, gpu: GpuType | str) -> np.ndarray | None:
+        """Which ops the kernel model costs on `gpu` (None: none of them)."""
+        if kernels is None or not self.kernel_modelled(gpu):
+            return None
+        from tag_tf.profile.kernels import covered
+
+        return covered(kernels, _resolve_gpu(gpu), self.tf32)
+
     def op_time(self, work: OpWork, gpu: GpuType | str) -> float:
         """Predicted time (s) of one op on one device of type `gpu` (a GpuType or its name)."""
         return float(self.times(np.array([work.flops]), np.array([work.bytes]), gpu,
                                 np.array([CLASS_INDEX[work.op_class]]))[0])
 
     def times(self, flops: np.ndarray, bytes: np.ndarray, gpu: GpuType | str,
-              classes: np.ndarray | Sequence[str] | None = None) -> np.ndarray:
+              classes: np.ndarray | Sequence[str] | None = None, kernels: KernelShapes | None = None) -> np.ndarray:
         """Vectorised op times (s). `classes` are OP_CLASSES indices or names (default: element-wise;
-        pass them -- `graph_work_detail(...).classes` -- for matmuls and convolutions)."""
+        pass them -- `graph_work_detail(...).classes` -- for matmuls and convolutions), `kernels` the
+        ops' GEMM views (`graph_work_detail(...).kernels`: on a GPU type, the kernel model costs them)."""
         g = _resolve_gpu(gpu)
         c = self.constants_for(g)
         launch, host = self.overheads(g)
@@ -178,7 +223,17 @@ class CostModel:
         compute = f / (g.peak_flops * c.compute_array()[cls])
         memory = b / (g.mem_bandwidth * c.memory_array()[cls])
         t = c.overhead_array(launch, host)[cls] + np.maximum(compute, memory)
-        return np.where(cls == _NONE, host, t)
+        t = np.where(cls == _NONE, host, t)
+        if kernels is not None and self.kernel_modelled(g):
+            from tag_tf.profile.kernels import kernel_times
+
+            kt, mask = kernel_times(kernels, f, b, g, tf32=self.tf32, table=self.kernel_table)
+            if mask.any():
+                # Not scaled by calibrated class efficiencies: those were fitted against the FP32
+                # roofline (an A100 profile's matmul efficiency already holds its TF32 gain); a
+                # measured profile of the card gives its ops' times directly (costs.op_costs).
+                t = np.where(mask, c.overhead_array(launch, host)[cls] + kt, t)
+        return t
 
 
 def _class_indices(classes: Any, shape: tuple[int, ...]) -> np.ndarray:

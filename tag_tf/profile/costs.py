@@ -41,6 +41,9 @@ class OpCosts:
     fixed: np.ndarray
     per_sample: np.ndarray
     source: dict[str, str]
+    # device type -> op class -> the math mode its modelled ops were costed in ("tf32", "fp32",
+    # "half"; "measured" where a profile gave every op's time)
+    modes: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         shape = (len(self.device_types), len(self.op_names))
@@ -69,12 +72,14 @@ class OpCosts:
 
     def to_dict(self) -> dict[str, Any]:
         return {"op_names": list(self.op_names), "device_types": list(self.device_types),
-                "fixed": self.fixed.tolist(), "per_sample": self.per_sample.tolist(), "source": dict(self.source)}
+                "fixed": self.fixed.tolist(), "per_sample": self.per_sample.tolist(), "source": dict(self.source),
+                "modes": {k: dict(v) for k, v in self.modes.items()}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OpCosts":
         return cls(tuple(d["op_names"]), tuple(d["device_types"]), np.asarray(d["fixed"], dtype=np.float64),
-                   np.asarray(d["per_sample"], dtype=np.float64), dict(d["source"]))
+                   np.asarray(d["per_sample"], dtype=np.float64), dict(d["source"]),
+                   {k: dict(v) for k, v in dict(d.get("modes") or {}).items()})
 
 
 def canonical_device_type(device_type: str) -> str:
@@ -89,11 +94,24 @@ def canonical_device_type(device_type: str) -> str:
 
 def model_line(model: CostModel, work_b1: GraphWork, work_b2: GraphWork, b1: int, b2: int, device_type: str
                ) -> tuple[np.ndarray, np.ndarray]:
-    """(fixed, per_sample) through the model's times at two batch sizes, clipped non-negative."""
-    t1 = model.times(work_b1.flops, work_b1.bytes, device_type, work_b1.classes)
-    t2 = model.times(work_b2.flops, work_b2.bytes, device_type, work_b2.classes)
+    """(fixed, per_sample) through the model's times at two batch sizes, clipped non-negative.
+
+    A matmul or convolution the kernel model costs (a GPU type) and whose work grows with the batch
+    gets its launch as the fixed part and the rest proportional to the batch: its waves of tiles make
+    time a staircase in the batch size, and a line through two nearby points of a staircase (the
+    analysis' b1 and b2 are often a few samples apart) would be flat or steep by accident."""
+    t1 = model.times(work_b1.flops, work_b1.bytes, device_type, work_b1.classes, work_b1.kernels)
+    t2 = model.times(work_b2.flops, work_b2.bytes, device_type, work_b2.classes, work_b2.kernels)
     per = np.maximum((t2 - t1) / float(b2 - b1), 0.0)
-    return np.maximum(t1 - per * b1, 0.0), per
+    fixed = np.maximum(t1 - per * b1, 0.0)
+    covered = model.kernel_mask(work_b2.kernels, device_type)
+    if covered is not None:
+        scaled = covered & (work_b2.flops != work_b1.flops)
+        if scaled.any():
+            launch = model.launch_times(work_b2.classes, device_type)
+            per = np.where(scaled, np.maximum(t2 - launch, 0.0) / float(b2), per)
+            fixed = np.where(scaled, launch, fixed)
+    return fixed, per
 
 
 def op_costs(graph_b1: Graph, graph_b2: Graph, b1: int, b2: int, op_names: Sequence[str],
@@ -114,6 +132,7 @@ def op_costs(graph_b1: Graph, graph_b2: Graph, b1: int, b2: int, op_names: Seque
     fixed = np.zeros((len(types), n))
     per_sample = np.zeros((len(types), n))
     source: dict[str, str] = {}
+    modes: dict[str, dict[str, str]] = {}
     works: tuple[GraphWork, GraphWork] | None = None
 
     def modelled(dt: str) -> tuple[np.ndarray, np.ndarray]:
@@ -146,14 +165,18 @@ def op_costs(graph_b1: Graph, graph_b2: Graph, b1: int, b2: int, op_names: Seque
                 f, p = modelled(dt)
                 fixed[d, rest], per_sample[d, rest] = f[rest], p[rest]
                 source[dt] = f"profile ({int(have.sum())} ops, {int(fused.sum())} fused) + model ({int(rest.sum())} ops)"
+                modes[dt] = model.math_modes(dt)
             else:
                 source[dt] = f"profile ({int(have.sum())} ops, {int(fused.sum())} fused)"
+                modes[dt] = {"all": "measured"}
         else:
             fixed[d], per_sample[d] = modelled(dt)
             consts = model.constants_for(dt)
             kind = f"calibrated on {consts.device}" if consts.calibrated else "datasheet defaults"
-            source[dt] = f"model ({kind})"
-    return OpCosts(names, types, fixed, per_sample, source)
+            modes[dt] = model.math_modes(dt)
+            mode = modes[dt].get("matmul", "fp32")
+            source[dt] = f"model ({kind})" if mode == "fp32" else f"model ({kind}; matmul/conv in {mode})"
+    return OpCosts(names, types, fixed, per_sample, source, modes)
 
 
 __all__ = ["OpCosts", "op_costs", "model_line", "canonical_device_type"]

@@ -46,7 +46,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from tag_tf.ir.graph import Graph, Op, TensorInfo
+from tag_tf.ir.graph import FLOAT_DTYPES, Graph, Op, TensorInfo
 
 # Op classes, in the order class indices refer to.
 OP_CLASSES: tuple[str, ...] = ("matmul", "conv", "elementwise", "reduction", "data", "optimizer", "none")
@@ -67,15 +67,55 @@ class OpWork:
         return self.bytes_read + self.bytes_written
 
 
+# GEMM-like kernel families (index 0: not one): what the GPU kernel model (profile/kernels.py) keeps
+# one efficiency for. A convolution is an implicit GEMM; "conv_stem" is a strided or few-channel
+# (<= 4 input channels: an image) convolution, which cuDNN runs with other kernels than the body's.
+KERNEL_FAMILIES: tuple[str, ...] = ("", "mm", "bmm", "conv3x3", "conv1x1", "conv_kxk", "conv_stem")
+KERNEL_INDEX: dict[str, int] = {f: i for i, f in enumerate(KERNEL_FAMILIES)}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class KernelShapes:
+    """The GEMM view of matmul and convolution ops (aligned with a GraphWork's ops).
+
+    A MatMul [m,k]x[k,n] is (batch 1, m, n, k); a batched one multiplies `batch` such products; a
+    convolution is the implicit GEMM cuDNN runs: forward (N*Ho*Wo, Cout, kh*kw*Cin), input gradient
+    (N*H*W, Cin, kh*kw*Cout), filter gradient (kh*kw*Cin, Cout, N*Ho*Wo). `family` indexes
+    KERNEL_FAMILIES (0 for every other op, which the plain roofline costs); `backward` marks gradient
+    kernels (a conv backprop op, or an op under a "gradients" name scope); `transposed` a matmul with a
+    transposed operand; `itemsize` the output's bytes per element (2: half precision); for
+    convolutions `channels` the input channels and `spatial` the output's height x width (0 for
+    matmuls): what decides whether cuDNN can use Winograd."""
+
+    family: np.ndarray
+    backward: np.ndarray
+    transposed: np.ndarray
+    batch: np.ndarray
+    m: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    itemsize: np.ndarray
+    channels: np.ndarray
+    spatial: np.ndarray
+
+    @classmethod
+    def empty(cls, n: int) -> "KernelShapes":
+        z = np.zeros(n)
+        return cls(np.zeros(n, dtype=np.int8), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), z.copy(),
+                   z.copy(), z.copy(), z.copy(), np.full(n, 4, dtype=np.int8), z.copy(), z.copy())
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class GraphWork:
-    """`OpWork` of many ops as arrays (aligned with `op_names`); `classes` indexes OP_CLASSES."""
+    """`OpWork` of many ops as arrays (aligned with `op_names`); `classes` indexes OP_CLASSES;
+    `kernels` the GEMM view of the matmuls and convolutions among them."""
 
     op_names: tuple[str, ...]
     flops: np.ndarray
     bytes_read: np.ndarray
     bytes_written: np.ndarray
     classes: np.ndarray
+    kernels: KernelShapes | None = None
 
     @property
     def bytes(self) -> np.ndarray:
@@ -402,6 +442,80 @@ def _op_work(graph: Graph, op: Op) -> OpWork:
 
 
 # ---------------------------------------------------------------------------------------------
+# GEMM views of matmuls and convolutions
+# ---------------------------------------------------------------------------------------------
+def _is_gradient(name: str) -> bool:
+    return any(part.startswith("gradients") or part.startswith("gradient_tape") for part in name.split("/")[:-1])
+
+
+_View = tuple[str, bool, bool, float, float, float, float, int, float, float]
+
+
+def _gemm_view(graph: Graph, op: Op) -> _View | None:
+    """(family, backward, transposed, batch, m, n, k, itemsize, channels, spatial) of a matmul or 2-D
+    convolution; None for anything else or unknown shapes."""
+    t = op.type
+    ins = _inputs(graph, op)
+    outs = op.outputs
+    if not outs or outs[0].shape is None or any(d < 0 for d in outs[0].shape):
+        return None
+    out = outs[0].shape
+    itemsize = int(outs[0].itemsize) if outs[0].base_dtype in FLOAT_DTYPES else 0    # 0: not a float kernel
+    if t in ("MatMul", "_FusedMatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"):
+        if not ins or ins[0].shape is None or len(ins[0].shape) < 2 or len(out) < 2:
+            return None
+        a = ins[0].shape
+        if t in ("MatMul", "_FusedMatMul"):
+            ta, tb = bool(graph.attr(op.name, "transpose_a", False)), bool(graph.attr(op.name, "transpose_b", False))
+        else:
+            ta, tb = bool(graph.attr(op.name, "adj_x", False)), bool(graph.attr(op.name, "adj_y", False))
+        k = a[-2] if ta else a[-1]
+        batch = _prod(out[:-2])
+        if k < 0:
+            return None
+        family = "bmm" if batch > 1 else "mm"
+        return (family, _is_gradient(op.name), ta or tb, float(batch), float(out[-2]), float(out[-1]), float(k),
+                itemsize, 0.0, 0.0)
+    if t not in ("Conv2D", "_FusedConv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"):
+        return None
+    filt: tuple[int, ...] | None
+    grad: tuple[int, ...] | None
+    if "BackpropFilter" in t:
+        filt, grad = out, (ins[2].shape if len(ins) > 2 else None)
+    elif "BackpropInput" in t:
+        filt, grad = (ins[1].shape if len(ins) > 1 else None), (ins[2].shape if len(ins) > 2 else None)
+    else:
+        filt, grad = (ins[1].shape if len(ins) > 1 else None), out
+    if filt is None or grad is None or len(filt) != 4 or any(d < 0 for d in filt) or any(d < 0 for d in grad):
+        return None
+    kh, kw, cin, cout = filt
+    strides = list(graph.attr(op.name, "strides", None) or [1, 1, 1, 1])
+    fmt = graph.attr(op.name, "data_format", "NHWC")
+    fmt = fmt.decode() if isinstance(fmt, bytes) else str(fmt)
+    stride = max([int(v) for v in (strides[2:4] if fmt == "NCHW" else strides[1:3])] or [1])
+    dilations = list(graph.attr(op.name, "dilations", None) or [1, 1, 1, 1])
+    dilated = max([int(v) for v in (dilations[2:4] if fmt == "NCHW" else dilations[1:3])] or [1]) > 1
+    if cin <= 4 or stride > 1:
+        family = "conv_stem"
+    elif dilated:
+        family = "conv_kxk"          # a dilated 3x3 has no Winograd kernel
+    elif (kh, kw) == (3, 3):
+        family = "conv3x3"
+    elif (kh, kw) == (1, 1):
+        family = "conv1x1"
+    else:
+        family = "conv_kxk"
+    grad_rows = float(_prod(grad) // max(cout, 1))           # N*Ho*Wo
+    conv = (float(cin), float(_prod(grad[2:4] if fmt == "NCHW" else grad[1:3])))   # (input channels, output HxW)
+    if "BackpropFilter" in t:
+        return (family, True, False, 1.0, float(kh * kw * cin), float(cout), grad_rows, itemsize, *conv)
+    if "BackpropInput" in t:
+        return (family, True, False, 1.0, float(_prod(out) // max(cin, 1)), float(cin), float(kh * kw * cout),
+                itemsize, *conv)
+    return (family, _is_gradient(op.name), False, 1.0, grad_rows, float(cout), float(kh * kw * cin), itemsize, *conv)
+
+
+# ---------------------------------------------------------------------------------------------
 # Public API
 # ---------------------------------------------------------------------------------------------
 def op_work(graph: Graph, op_name: str) -> OpWork:
@@ -427,6 +541,8 @@ def graph_work_detail(graph: Graph, op_names: Sequence[str] | None = None) -> Gr
     read = np.zeros(n)
     written = np.zeros(n)
     classes = np.full(n, CLASS_INDEX["none"], dtype=np.int8)
+    kernels = KernelShapes.empty(n)
+    gemm_classes = (CLASS_INDEX["matmul"], CLASS_INDEX["conv"])
     ops = graph.ops
     for i, name in enumerate(names):
         op = ops.get(name)
@@ -439,7 +555,17 @@ def graph_work_detail(graph: Graph, op_names: Sequence[str] | None = None) -> Gr
         read[i] = w.bytes_read
         written[i] = w.bytes_written
         classes[i] = CLASS_INDEX[w.op_class]
-    return GraphWork(names, flops, read, written, classes)
+        if classes[i] in gemm_classes:
+            view = _gemm_view(graph, op)
+            if view is not None:
+                family, backward, transposed, batch, m, k_n, k_k, itemsize, channels, spatial = view
+                kernels.family[i] = KERNEL_INDEX[family]
+                kernels.backward[i] = backward
+                kernels.transposed[i] = transposed
+                kernels.batch[i], kernels.m[i], kernels.n[i], kernels.k[i] = batch, m, k_n, k_k
+                kernels.itemsize[i] = itemsize
+                kernels.channels[i], kernels.spatial[i] = channels, spatial
+    return GraphWork(names, flops, read, written, classes, kernels)
 
 
 def graph_work(graph: Graph, op_names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -448,5 +574,5 @@ def graph_work(graph: Graph, op_names: Sequence[str] | None = None) -> tuple[np.
     return w.flops, w.bytes
 
 
-__all__ = ["OP_CLASSES", "CLASS_INDEX", "OpWork", "GraphWork", "ZERO_WORK", "op_work", "op_class",
+__all__ = ["OP_CLASSES", "CLASS_INDEX", "KERNEL_FAMILIES", "KERNEL_INDEX", "KernelShapes", "OpWork", "GraphWork", "ZERO_WORK", "op_work", "op_class",
            "graph_work", "graph_work_detail"]

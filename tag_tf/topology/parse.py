@@ -29,8 +29,9 @@ File format (YAML shown; JSON is the same structure)::
     # or keyed by machine name (pairs given once apply both ways):
     #   inter: {matrix: {dgx: {worker-0: 10Gbps, worker-1: 10Gbps}, worker-0: {worker-1: 40Gbps}}}
     gpu_types:                       # optional: GPU types beyond the built-in ones
-      - {name: RTX3090, peak_tflops: 35.6, mem_bandwidth: 936GB/s, memory: 24GiB}
-        # (or peak_flops in FLOP/s; launch_overhead optional, default 5us)
+      - {name: RTX2080Ti, peak_tflops: 13.4, mem_bandwidth: 616GB/s, memory: 11GiB}
+        # (or peak_flops in FLOP/s; launch_overhead optional, default 5us; optional dense tensor-core
+        # rates tf32_tflops and half_tflops, sm_count: the kernel model's math modes and waves)
 
 Bandwidth strings: "100Gbps", "100 Gb/s", "25 GB/s", "25GBps" (lower-case b = bits, upper-case B =
 bytes); sizes: "16GiB", "16GB" (decimal); latencies: "5us", "0.1ms". Link kinds: nvlink, pcie, local;
@@ -63,7 +64,8 @@ _MACHINE_KEYS = ("name", "gpus", "intra", "nic", "replicas", "speed")
 _GPU_KEYS = ("type", "count", "memory")
 _INTRA_KEYS = ("link", "bandwidth", "latency")
 _INTER_KEYS = ("switch", "matrix", "latency")
-_TYPE_KEYS = ("name", "peak_tflops", "peak_flops", "mem_bandwidth", "memory", "launch_overhead")
+_TYPE_KEYS = ("name", "peak_tflops", "peak_flops", "mem_bandwidth", "memory", "launch_overhead", "tf32_tflops",
+              "half_tflops", "sm_count")
 
 
 def load_file(path: str) -> Topology:
@@ -201,7 +203,10 @@ class _Reader:
         name = t["name"]
         if not isinstance(name, str) or not name:
             self.fail(f"{field}.name", f"expected a non-empty string, got {name!r}")
-        if name in GPU_TYPES or name in self.custom:
+        if name in GPU_TYPES:
+            self.fail(f"{field}.name", f"GPU type {name!r} is already defined (built in: drop it from gpu_types, "
+                                       f"or give your own card another name)")
+        if name in self.custom:
             self.fail(f"{field}.name", f"GPU type {name!r} is already defined")
         if ("peak_tflops" in t) == ("peak_flops" in t):
             self.fail(f"{field}.peak_tflops", "give exactly one of peak_tflops and peak_flops")
@@ -210,9 +215,18 @@ class _Reader:
         if isinstance(flops, bool) or not isinstance(flops, (int, float)) or not flops > 0:
             self.fail(f"{field}.{key}", f"expected a positive number, got {flops!r}")
         overhead = self.time(t.get("launch_overhead", "5us"), f"{field}.launch_overhead")
+        rates = {}
+        for key in ("tf32_tflops", "half_tflops", "sm_count"):
+            v = t.get(key, 0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (key == "sm_count" and v != int(v)):
+                self.fail(f"{field}.{key}", f"expected a non-negative {'integer' if key == 'sm_count' else 'number'}, "
+                                            f"got {v!r}")
+            rates[key] = v
         return GpuType(name, float(flops) * scale, self.bandwidth(t["mem_bandwidth"],
                        f"{field}.mem_bandwidth"), self.size(t["memory"], f"{field}.memory"),
-                       overhead)
+                       overhead, tf32_flops=float(rates["tf32_tflops"]) * 1e12,
+                       half_flops=float(rates["half_tflops"]) * 1e12, sm_count=int(rates["sm_count"]),
+                       source="topology file")
 
     def machine(self, value: Any, i: int) -> list[Machine]:
         field = f"machines[{i}]"

@@ -360,7 +360,11 @@ class Topology:
         if self.gpu_types:
             d["gpu_types"] = [{"name": t.name, "peak_flops": t.peak_flops,
                                "mem_bandwidth": t.mem_bandwidth, "memory": t.memory_bytes,
-                               "launch_overhead": t.launch_overhead_s} for t in self.gpu_types]
+                               "launch_overhead": t.launch_overhead_s,
+                               # only what was given (older files' fingerprints stay as they were)
+                               **({"tf32_tflops": t.tf32_flops / 1e12} if t.tf32_flops else {}),
+                               **({"half_tflops": t.half_flops / 1e12} if t.half_flops else {}),
+                               **({"sm_count": t.sm_count} if t.sm_count else {})} for t in self.gpu_types]
         return d
 
     @functools.cached_property

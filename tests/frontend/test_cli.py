@@ -154,6 +154,31 @@ def test_simulate_names_its_calibration(capsys, tmp_path):
     assert code == 2 and "no such calibration file" in capsys.readouterr().err
 
 
+def test_simulate_and_plan_name_the_math_mode_and_no_tf32_costs_fp32(capsys, tmp_path):
+    import tensorflow as tf
+
+    topo = tmp_path / "one.json"
+    topo.write_text(json.dumps({"name": "one", "machines": [{"name": "h", "gpus": "1x a100"},
+                                                            {"name": "v", "gpus": "1x v100"}],
+                                "inter": {"switch": "100Gbps"}}))
+    base = ["simulate", "--model", "cnn", "--tiny", "--batch", "64", "--strategy", "dp", "--json",
+            "--topology", str(topo), "--no-profiles"]
+    try:
+        _, on, _ = run_json(capsys, *base)
+        _, off, _ = run_json(capsys, *base, "--no-tf32")
+        assert not tf.config.experimental.tensor_float_32_execution_enabled()     # acts on this process
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(True)
+    assert on["math_modes"]["A100-40GB"]["matmul"] == "tf32" and on["math_modes"]["A100-40GB"]["elementwise"] == "fp32"
+    assert on["math_modes"]["V100-32GB"]["conv"] == "fp32"                        # no TF32 before Ampere
+    assert off["math_modes"]["A100-40GB"]["conv"] == "fp32"
+    assert "tf32" in on["cost_sources"]["A100-40GB"] and "tf32" not in off["cost_sources"]["A100-40GB"]
+    code, planned, err = run_json(capsys, "plan", "--model", "cnn", "--tiny", "--batch", "64", "--topology", str(topo),
+                                  "--no-profiles", "--budget-s", "2", "--json")
+    assert code == 0, err
+    assert planned["math_modes"]["A100-40GB"]["matmul"] == "tf32"
+
+
 def test_calibrate_fits_and_reports_fitted_and_held_out_apart(capsys, tmp_path):
     """A user's own measurements: VGG-19 DP on two 1080 Ti machines (fit) and Horovod (held out)."""
     two = {"name": "two", "machines": [{"name": "a", "gpus": "1x GTX1080Ti", "intra": "pcie 15.75GB/s"},

@@ -166,7 +166,7 @@ def test_op_costs_mixes_profile_and_model(mlp_graphs):
         assert costs.source[dt] == "model (datasheet defaults)"
     # The model's two-point line reproduces its own times at both batch sizes...
     v = costs.device_index("V100-32GB")
-    t8 = model.times(w8.flops, w8.bytes, "V100-32GB", w8.classes)
+    t8 = model.times(w8.flops, w8.bytes, "V100-32GB", w8.classes, w8.kernels)
     np.testing.assert_allclose(costs.times("V100-32GB", 8), t8, rtol=1e-9)
     # ...batch-dependent ops get per_sample > 0, parameter updates 0.
     types = [g4.op(n).type for n in names]

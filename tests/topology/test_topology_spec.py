@@ -123,16 +123,27 @@ inter:
 
 
 def test_list_matrix_and_custom_gpu_type():
-    d = {"machines": [{"name": "x", "gpus": "2x RTX3090"}, {"name": "y", "gpus": "v100"}],
+    d = {"machines": [{"name": "x", "gpus": "2x RTX2080Ti"}, {"name": "y", "gpus": "v100"}],
          "inter": {"matrix": [[0, "10Gbps"], ["10Gbps", None]]},
-         "gpu_types": [{"name": "RTX3090", "peak_tflops": 35.6, "mem_bandwidth": "936GB/s",
-                        "memory": "24GiB"}]}
+         "gpu_types": [{"name": "RTX2080Ti", "peak_tflops": 13.4, "mem_bandwidth": "616GB/s",
+                        "memory": "11GiB", "half_tflops": 53.8, "sm_count": 68}]}
     t = load_topology(d)
-    assert t.devices[0].type == "RTX3090" and t.devices[0].memory_bytes == 24 * 2 ** 30
-    assert t.gpu_type(0).peak_flops == pytest.approx(35.6e12)
+    assert t.devices[0].type == "RTX2080Ti" and t.devices[0].memory_bytes == 11 * 2 ** 30
+    assert t.gpu_type(0).peak_flops == pytest.approx(13.4e12)
+    assert t.gpu_type(0).rate("half") == pytest.approx(53.8e12) and t.gpu_type(0).rate("tf32") == pytest.approx(13.4e12)
+    assert t.gpu_type(0).sm_count == 68
     assert t.gpu_type(2).name == "V100-32GB"
     assert t.bandwidth(0, 2) == 10 * GBPS
     assert topology_from_dict(json.loads(json.dumps(t.to_dict()))) == t
+
+
+def test_a_custom_type_may_not_shadow_a_built_in_one():
+    d = {"machines": [{"name": "x", "gpus": "2x RTX3090"}],
+         "gpu_types": [{"name": "RTX3090", "peak_tflops": 35.6, "mem_bandwidth": "936GB/s", "memory": "24GiB"}]}
+    with pytest.raises(TopologyError, match="already defined"):
+        load_topology(d)
+    t = load_topology({"machines": [{"name": "x", "gpus": "2x rtx3090"}]})
+    assert t.gpu_type(0).name == "RTX3090" and t.gpu_type(0).rate("tf32") == pytest.approx(35.6e12)
 
 
 def _with(path_value):

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any, cast
 
 from tag_tf.errors import StrategyError
-from tag_tf.frontend.loading import add_cost_args, add_model_args, analysis_for, load, model_kwargs, stored_costs
+from tag_tf.frontend.loading import add_cost_args, add_model_args, apply_cost_args, analysis_for, load, model_kwargs, stored_costs
 from tag_tf.search.priors import PRIORS
 
 if TYPE_CHECKING:
@@ -81,6 +81,7 @@ def run(args) -> int:
     elif args.local_runtime or args.between_graph:
         raise StrategyError(f"--local-runtime and --between-graph describe the local machine model: they need "
                             f"--calibration {LOCAL_CALIBRATION}")
+    apply_cost_args(args)
     topology = load_topology(args.topology)
     if local and local_setup(topology).processes == 1 and args.between_graph:
         raise StrategyError(f"--between-graph: topology {args.topology!r} is one process; between-graph tasks "
@@ -157,7 +158,7 @@ def run(args) -> int:
            "speedup_vs_dp": result.speedup_over_dp, "speedup_vs_best_baseline": result.speedup_over_best_baseline,
            "speedup_vs_best_subset": result.speedup_over("best-subset"),
            **search_info, "planning_time_s": round(seconds, 3), "simulations": simulations, "oom": False,
-           "cost_sources": dict(sim.costs.source), "profiles": dict(costs.files) if costs else {},
+           "cost_sources": dict(sim.costs.source), "math_modes": dict(sim.costs.modes), "profiles": dict(costs.files) if costs else {},
            "evaluations": simulations, "search_s": round(seconds, 2),
            "sfb": sfb, "plan_cache": cached, "strategy": result.strategy.to_dict(),
            "groups": describe(result.strategy, topology, analysis.for_strategy(result.strategy).grouping.groups)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tag_tf.frontend.loading import (FUSION_HELP, STRATEGY_HELP, add_cost_args, add_model_args, analysis_for, load,
+from tag_tf.frontend.loading import (FUSION_HELP, STRATEGY_HELP, add_cost_args, apply_cost_args, add_model_args, analysis_for, load,
                                      stored_costs, strategy_from_spec, with_fusion)
 
 
@@ -30,6 +30,7 @@ def run(args) -> int:
     from tag_tf.frontend.planning import simulator
     from tag_tf.topology.load import load_topology
 
+    apply_cost_args(args)
     topology = load_topology(args.topology)
     ctx = PassContext(Options(num_groups=args.groups))
     loaded = load(args)
@@ -53,7 +54,7 @@ def run(args) -> int:
     out = {"model": loaded.source, "topology": topology.name, "calibration": sim.calibration_name, "strategy": args.strategy, "simulated": True,
            **report.to_dict(), "lower_bound_s": sim.lower_bound_s(), "fusion_bytes": strategy.fusion_bytes,
            "sync_after_backward": strategy.sync_after_backward, "sfb": [c.to_dict() for c in strategy.sfb],
-           "costs": dict(sim.costs.source), "cost_sources": dict(sim.costs.source), "profiles": dict(costs.files) if costs else {}, "timers": ctx.timing_report()}
+           "costs": dict(sim.costs.source), "cost_sources": dict(sim.costs.source), "math_modes": dict(sim.costs.modes), "profiles": dict(costs.files) if costs else {}, "timers": ctx.timing_report()}
     if args.json:
         json.dump(out, sys.stdout)
         print()
