@@ -19,7 +19,7 @@ Where the times come from, per device type:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from tag_tf.profile.flops import GraphWork, graph_work_detail
 
 if TYPE_CHECKING:
     from tag_tf.profile.op_profile import OpProfile
+    from tag_tf.topology.gpus import GpuType
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -92,8 +93,8 @@ def canonical_device_type(device_type: str) -> str:
         return device_type
 
 
-def model_line(model: CostModel, work_b1: GraphWork, work_b2: GraphWork, b1: int, b2: int, device_type: str
-               ) -> tuple[np.ndarray, np.ndarray]:
+def model_line(model: CostModel, work_b1: GraphWork, work_b2: GraphWork, b1: int, b2: int,
+               device_type: str | GpuType) -> tuple[np.ndarray, np.ndarray]:
     """(fixed, per_sample) through the model's times at two batch sizes, clipped non-negative.
 
     A matmul or convolution the kernel model costs (a GPU type) and whose work grows with the batch
@@ -116,10 +117,11 @@ def model_line(model: CostModel, work_b1: GraphWork, work_b2: GraphWork, b1: int
 
 def op_costs(graph_b1: Graph, graph_b2: Graph, b1: int, b2: int, op_names: Sequence[str],
              device_types: Sequence[str], profile: OpProfile | Iterable[OpProfile] | None = None,
-             model: CostModel | None = None) -> OpCosts:
+             model: CostModel | None = None, resolve: Callable[[str], GpuType] | None = None) -> OpCosts:
     """Op times for every device type: measured where a profile's device type matches, else the
     analytical model (see the module docstring). `profile` is an OpProfile, several (one per device
-    type; the first of a type wins) or None."""
+    type; the first of a type wins) or None; `resolve` gives a type name's GpuType (a topology's own
+    custom types; default: the built-in table)."""
     if b1 == b2 or b1 < 1 or b2 < 1:
         raise ProfileError(f"op_costs needs two distinct positive batch sizes, got {b1} and {b2}")
     names = tuple(op_names)
@@ -135,11 +137,14 @@ def op_costs(graph_b1: Graph, graph_b2: Graph, b1: int, b2: int, op_names: Seque
     modes: dict[str, dict[str, str]] = {}
     works: tuple[GraphWork, GraphWork] | None = None
 
+    def gpu(dt: str) -> str | GpuType:
+        return resolve(dt) if resolve is not None else dt
+
     def modelled(dt: str) -> tuple[np.ndarray, np.ndarray]:
         nonlocal works
         if works is None:   # computed once, only if some device type needs the model
             works = (graph_work_detail(graph_b1, names), graph_work_detail(graph_b2, names))
-        return model_line(model, works[0], works[1], b1, b2, dt)
+        return model_line(model, works[0], works[1], b1, b2, gpu(dt))
 
     if profile is None:
         profiles: tuple[OpProfile, ...] = ()
@@ -165,15 +170,15 @@ def op_costs(graph_b1: Graph, graph_b2: Graph, b1: int, b2: int, op_names: Seque
                 f, p = modelled(dt)
                 fixed[d, rest], per_sample[d, rest] = f[rest], p[rest]
                 source[dt] = f"profile ({int(have.sum())} ops, {int(fused.sum())} fused) + model ({int(rest.sum())} ops)"
-                modes[dt] = model.math_modes(dt)
+                modes[dt] = model.math_modes(gpu(dt))
             else:
                 source[dt] = f"profile ({int(have.sum())} ops, {int(fused.sum())} fused)"
                 modes[dt] = {"all": "measured"}
         else:
             fixed[d], per_sample[d] = modelled(dt)
-            consts = model.constants_for(dt)
+            consts = model.constants_for(gpu(dt))
             kind = f"calibrated on {consts.device}" if consts.calibrated else "datasheet defaults"
-            modes[dt] = model.math_modes(dt)
+            modes[dt] = model.math_modes(gpu(dt))
             mode = modes[dt].get("matmul", "fp32")
             source[dt] = f"model ({kind})" if mode == "fp32" else f"model ({kind}; matmul/conv in {mode})"
     return OpCosts(names, types, fixed, per_sample, source, modes)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from tag_tf.profile.costmodel import CostModel
     from tag_tf.profile.costs import OpCosts
     from tag_tf.profile.op_profile import OpProfile
+    from tag_tf.topology.gpus import GpuType
     from tag_tf.topology.spec import Topology
 
 OPTION_CODE = {Option.ALLREDUCE: 0, Option.PS: 1, Option.DUPLICATE: 2, Option.MODEL_PARALLEL: 3}
@@ -94,7 +95,7 @@ class Simulator:
         self.analysis = analysis
         self.topology = topology
         if costs is None:
-            costs = training_costs(analysis, device_types(topology), profile, cost_model)
+            costs = training_costs(analysis, device_types(topology), profile, cost_model, resolve=topology.gpu_type)
         self.costs = costs
         self._comm = comm
         self._regrouped: dict[tuple[int, ...], "Simulator"] = {}
@@ -375,11 +376,12 @@ def _task_name(kind: int, op: int, names: Sequence[str]) -> str:
 
 
 def training_costs(analysis: Analysis, types: Sequence[str], profile: OpProfile | Iterable[OpProfile] | None = None,
-                   model: CostModel | None = None) -> OpCosts:
-    """OpCosts for every training op on the given device types (profile where measured, else model)."""
+                   model: CostModel | None = None, resolve: Callable[[str], GpuType] | None = None) -> OpCosts:
+    """OpCosts for every training op on the given device types (profile where measured, else model;
+    `resolve`: a type name's GpuType, e.g. `Topology.gpu_type` for a topology's own custom types)."""
     from tag_tf.profile.costs import op_costs
 
     train = training_ops(analysis.graph)
     names = [n for n in analysis.graph.order if n in train]
     return op_costs(analysis.graph_b1, analysis.graph_b2, analysis.batch.b1, analysis.batch.b2, names,
-                    list(types), profile=profile, model=model)
+                    list(types), profile=profile, model=model, resolve=resolve)

@@ -31,7 +31,8 @@ File format (YAML shown; JSON is the same structure)::
     gpu_types:                       # optional: GPU types beyond the built-in ones
       - {name: RTX2080Ti, peak_tflops: 13.4, mem_bandwidth: 616GB/s, memory: 11GiB}
         # (or peak_flops in FLOP/s; launch_overhead optional, default 5us; optional dense tensor-core
-        # rates tf32_tflops and half_tflops, sm_count: the kernel model's math modes and waves)
+        # rates tf32_tflops and half_tflops, sm_count and CUDA capability, e.g. 7.5: the kernel
+        # model's math modes and waves -- without a capability the card keeps the plain roofline)
 
 Bandwidth strings: "100Gbps", "100 Gb/s", "25 GB/s", "25GBps" (lower-case b = bits, upper-case B =
 bytes); sizes: "16GiB", "16GB" (decimal); latencies: "5us", "0.1ms". Link kinds: nvlink, pcie, local;
@@ -65,7 +66,7 @@ _GPU_KEYS = ("type", "count", "memory")
 _INTRA_KEYS = ("link", "bandwidth", "latency")
 _INTER_KEYS = ("switch", "matrix", "latency")
 _TYPE_KEYS = ("name", "peak_tflops", "peak_flops", "mem_bandwidth", "memory", "launch_overhead", "tf32_tflops",
-              "half_tflops", "sm_count")
+              "half_tflops", "sm_count", "capability")
 
 
 def load_file(path: str) -> Topology:
@@ -216,7 +217,7 @@ class _Reader:
             self.fail(f"{field}.{key}", f"expected a positive number, got {flops!r}")
         overhead = self.time(t.get("launch_overhead", "5us"), f"{field}.launch_overhead")
         rates = {}
-        for key in ("tf32_tflops", "half_tflops", "sm_count"):
+        for key in ("tf32_tflops", "half_tflops", "sm_count", "capability"):
             v = t.get(key, 0)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (key == "sm_count" and v != int(v)):
                 self.fail(f"{field}.{key}", f"expected a non-negative {'integer' if key == 'sm_count' else 'number'}, "
@@ -226,7 +227,7 @@ class _Reader:
                        f"{field}.mem_bandwidth"), self.size(t["memory"], f"{field}.memory"),
                        overhead, tf32_flops=float(rates["tf32_tflops"]) * 1e12,
                        half_flops=float(rates["half_tflops"]) * 1e12, sm_count=int(rates["sm_count"]),
-                       source="topology file")
+                       capability=float(rates["capability"]), source="topology file")
 
     def machine(self, value: Any, i: int) -> list[Machine]:
         field = f"machines[{i}]"

@@ -364,7 +364,8 @@ class Topology:
                                # only what was given (older files' fingerprints stay as they were)
                                **({"tf32_tflops": t.tf32_flops / 1e12} if t.tf32_flops else {}),
                                **({"half_tflops": t.half_flops / 1e12} if t.half_flops else {}),
-                               **({"sm_count": t.sm_count} if t.sm_count else {})} for t in self.gpu_types]
+                               **({"sm_count": t.sm_count} if t.sm_count else {}),
+                               **({"capability": t.capability} if t.capability else {})} for t in self.gpu_types]
         return d
 
     @functools.cached_property

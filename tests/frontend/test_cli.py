@@ -179,6 +179,23 @@ def test_simulate_and_plan_name_the_math_mode_and_no_tf32_costs_fp32(capsys, tmp
     assert planned["math_modes"]["A100-40GB"]["matmul"] == "tf32"
 
 
+def test_a_topology_s_own_gpu_type_simulates_with_its_own_numbers(capsys, tmp_path):
+    def topo(**extra):
+        path = tmp_path / f"custom{len(extra)}.json"
+        kind = {"name": "RTX2080Ti", "peak_tflops": 13.4, "mem_bandwidth": "616GB/s", "memory": "11GiB", **extra}
+        path.write_text(json.dumps({"name": "c", "machines": [{"name": "x", "gpus": "2x RTX2080Ti"}],
+                                    "gpu_types": [kind]}))
+        return str(path)
+    base = ["simulate", "--model", "cnn", "--tiny", "--batch", "64", "--strategy", "dp", "--json", "--no-profiles"]
+    code, plain, err = run_json(capsys, *base, "--topology", topo())
+    assert code == 0, err
+    assert plain["math_modes"]["RTX2080Ti"]["matmul"] == "fp32"
+    _, faster, _ = run_json(capsys, *base, "--topology", topo(peak_tflops=26.8))   # twice the FP32 rate
+    assert faster["iteration_time_s"] < plain["iteration_time_s"]
+    _, ampere, _ = run_json(capsys, *base, "--topology", topo(tf32_tflops=100, capability=8.6, sm_count=68))
+    assert ampere["math_modes"]["RTX2080Ti"]["conv"] == "tf32"
+
+
 def test_calibrate_fits_and_reports_fitted_and_held_out_apart(capsys, tmp_path):
     """A user's own measurements: VGG-19 DP on two 1080 Ti machines (fit) and Horovod (held out)."""
     two = {"name": "two", "machines": [{"name": "a", "gpus": "1x GTX1080Ti", "intra": "pcie 15.75GB/s"},
