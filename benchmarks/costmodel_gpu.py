@@ -26,6 +26,7 @@ benchmarks/results/costmodel_gpu.json; RESULTS.md's "GPU cost model" section ren
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -139,8 +140,7 @@ def _concat(parts):
     def cat(attr, sub=None):
         return np.concatenate([getattr(getattr(p, sub), attr) if sub else getattr(p, attr) for p in parts])
 
-    kernels = KernelShapes(*(cat(f, "kernels") for f in ("family", "backward", "transposed", "batch", "m", "n", "k",
-                                                           "itemsize", "channels", "spatial")))
+    kernels = KernelShapes(*(cat(f.name, "kernels") for f in dataclasses.fields(KernelShapes)))
     names = tuple(f"{i}:{n}" for i, p in enumerate(parts) for n in p.op_names)
     return GraphWork(names, cat("flops"), cat("bytes_read"), cat("bytes_written"), cat("classes"), kernels)
 

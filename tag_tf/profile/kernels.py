@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from tag_tf.profile.flops import KERNEL_FAMILIES, KernelShapes
+from tag_tf.profile.flops import KERNEL_FAMILIES, OP_CLASSES, KernelShapes
 
 if TYPE_CHECKING:
     from tag_tf.topology.gpus import GpuType
@@ -180,8 +180,7 @@ def class_modes(gpu: GpuType, tf32: bool = True) -> dict[str, str]:
     """What `simulate`/`plan` JSON report: the mode each op class of a float32 graph is costed in
     (half-precision matmuls and convolutions: "half")."""
     mode = math_mode(gpu, 4, tf32)
-    return {"matmul": mode, "conv": mode, "elementwise": "fp32", "reduction": "fp32", "data": "fp32",
-            "optimizer": "fp32"}
+    return {c: mode if c in ("matmul", "conv") else "fp32" for c in OP_CLASSES if c != "none"}
 
 
 def waves(batch: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, sm_count: int, mode: str = "fp32"
@@ -253,14 +252,18 @@ def kernel_times(kernels: KernelShapes, flops: np.ndarray, nbytes: np.ndarray, g
     f = np.asarray(flops, float)
     b = np.asarray(nbytes, float)
     wino = winograd_eligible(kernels)
+    size = np.asarray(kernels.itemsize, dtype=np.int64)
+    float32_mode = math_mode(gpu, 4, tf32)
     for mode in MODES:
-        sel = mask & np.array([math_mode(gpu, int(s), tf32) == mode for s in kernels.itemsize], dtype=bool)
+        sel = mask & ((size == 2) if mode == "half" else (size != 2) & (mode == float32_mode))
         if not sel.any():
             continue
         p = table.modes[mode]
         back = kernels.backward[sel].astype(np.int64)
         fams = fam[sel]
-        eff = np.array([p.eff[KERNEL_FAMILIES[i]][d] for i, d in zip(fams, back)])
+        # family x direction efficiencies as one array (row 0: not a kernel, never selected)
+        table_eff = np.array([(1.0, 1.0)] + [p.eff[f] for f in KERNEL_FAMILIES[1:]])
+        eff = table_eff[fams, back]
         k = kernels.k[sel]
         e = eff * waves(kernels.batch[sel], kernels.m[sel], kernels.n[sel], k, gpu.sm_count, mode) * k / (k + p.k0)
         forward_mm = (fams == KERNEL_FAMILIES.index("mm")) & (back == 0) & kernels.transposed[sel]
