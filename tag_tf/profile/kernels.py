@@ -12,7 +12,8 @@ GEMM view flops.py knows (`KernelShapes`), on a GPU type:
     rate   = the type's datasheet rate of that mode (GpuType.rate)
     e      = eff[mode][family][forward|backward]       (per-family table, fitted; 3x3 conv > 1 in FP32)
              x waves(batch, m, n, k, SMs)              (tiles of 128x128 / 128x64 / 64x64 output
-                                                        elements, split-K when tiles < SMs: the share
+                                                        elements in FP32, 256x128 ... 128x64 on tensor
+                                                        cores; split-K when tiles < SMs: the share
                                                         of the SMs' slots the busiest wave fills,
                                                         times the useful share of partial tiles)
              x k / (k + k0[mode])                      (a short reduction cannot hide the pipeline's
@@ -21,21 +22,33 @@ GEMM view flops.py knows (`KernelShapes`), on a GPU type:
                                                         loaded operand less)
              x transposed[mode] for a forward matmul with a transposed operand
              x winograd[mode][forward|backward] for a 3x3 stride-1 convolution cuDNN can run as
-               Winograd: >= 128 input channels, an output of >= 14x14, an input of <= 256 MiB (its
-               transformed copies must fit the workspace frameworks allow). Winograd F(4x4,3x3) does
-               a quarter of the multiplies on CUDA cores, so in FP32 it beats FLOPs/peak (the fit: 2.1x
-               forward); in tensor-core modes the factor the fit finds (1.2-2x) stands for what makes
-               wide 3x3 convolutions faster there than thin ones.
-    t      = launch + (compute^p + memory^p)^(1/p) + convert[mode] x bytes / HBM bw  (convolutions),
-             compute = flops / (rate e),  memory = bytes / (HBM bw mem_eff),  launch: the GpuType's
-             (or calibrated) per-kernel overhead, as for every other op
+               Winograd. FP32 forward: >= 128 input channels, an output of >= 14x14, an input of
+               <= 256 MiB (its transformed copies must fit the workspace frameworks allow); FP32
+               backward: >= 128 channels and >= 28x28, whatever the input's size (the H100 timings:
+               the gradients of 14x14 and 7x7 convolutions ran at 42-52 TFLOP/s, under the FP32
+               peak, those of 28x28 and larger at 75-132, over it). Winograd F(4x4,3x3) does a
+               quarter of the multiplies on CUDA cores, so in FP32 it beats FLOPs/peak (the fit: ~2x);
+               the tensor-core modes have no Winograd, and the factor the fit finds there (1.2-1.7x)
+               stands for what makes every wide (>= 128 channels) 3x3 convolution faster than thin
+               ones, whatever its size.
+    t      = launch + ramp[mode] + (compute^p + memory^p)^(1/p) + epilogue + convert
+             compute = flops / (rate e);  launch: the GpuType's (or calibrated) per-kernel overhead,
+             as for every other op; ramp: filling and draining the SMs, per kernel;
+             convolutions: memory = bytes / (HBM bw mem_eff), epilogue 0,
+                           convert = convert[mode] x bytes / HBM bw;
+             matmuls:      memory = operand bytes / (HBM bw mem_eff), p = p_mm[mode],
+                           epilogue = output bytes / (HBM bw mem_eff), convert 0
 
 p blends the roofline's max (p large) into a sum (p = 1): near the ridge point tensor-core kernels
-overlap loads and math poorly. `convert` is the layout conversion cuDNN's tensor-core convolutions run
-as separate passes over their tensors (their kernels want channels-last tiles; a channels-first
-tensor is transposed in and out): it dominates thin, wide convolutions (64 channels at 224x224: the
-tensors are large, the math small). The fit gives it to FP32 too (there it stands for whatever else
-makes those thin convolutions slow: the table is a fit, the terms' names say what they were meant for). The table (`data/gpu_kernels.json`) is fitted per math mode by
+overlap loads and math poorly. A matmul writes each output tile after its reduction, so the output's
+write adds to the time instead of overlapping it (the transformer's 30720 x 40000 logits: a 4.9 GB
+output, 1.5 ms of writing beside 3 ms of TF32 math, measured 4.9 ms). `convert` is the layout
+conversion cuDNN's tensor-core convolutions run as separate passes over their tensors (their kernels
+want channels-last tiles; a channels-first tensor is transposed in and out): it dominates thin, wide
+convolutions (64 channels at 224x224: the tensors are large, the math small). The fit gives it to
+FP32 too (there it stands for whatever else makes those thin convolutions slow: the table is a fit,
+the terms' names say what they were meant for). The table (`data/gpu_kernels.json`) is fitted per
+math mode by
 `benchmarks/costmodel_gpu.py --fit` on the shared H100 single-op timings (forward, and forward plus
 the gradients), and judged there leave-one-op-out; its efficiencies are fractions of each card's own
 datasheet rate, so the same table serves every GPU type (other generations reach similar fractions
@@ -43,11 +56,15 @@ with the same cuBLAS/cuDNN kernels -- an assumption until a card of another gene
 `benchmarks/gpu_ops.py` measures one).
 
 Single-op timings carry a cost no kernel has: the framework's dispatch between the timing events
-(PyTorch's eager call, ~30-40 us; its autograd engine's backward pass, ~70-100 us). The fit estimates
-them as `harness_s` (per forward call, per backward pass; batched matmuls more) so that they do not
-leak into the kernels' efficiencies, and the benchmark adds them back when it compares with those
-timings. A training step does not pay them per kernel (TensorFlow's executor runs ahead of the GPU;
-its own per-op dispatch is the calibrations' `op_overhead_s`), so `kernel_times` leaves them out.
+(PyTorch's eager call, ~40 us; its autograd engine's backward pass, ~200-300 us). The CPU dispatches
+while the GPU runs what it was given, so a timing reads about the larger of the two, not their sum
+(`timed`: (kernels^q + dispatch^q)^(1/q), q fitted per mode; q = 16, a plain max, in TF32, where
+small products take less GPU time than their dispatch: BERT-Large's 2048x1024x1024 matmul with its
+gradients timed 0.37 ms with TF32 on and off alike). The fit estimates the dispatch as `harness_s` (per
+forward call, per backward pass; batched matmuls more) and `harness_q` so that they do not leak into
+the kernels' efficiencies, and the benchmark applies them when it compares with those timings. A
+training step does not pay them per kernel (TensorFlow's executor runs ahead of the GPU; its own
+per-op dispatch is the calibrations' `op_overhead_s`), so `kernel_times` leaves them out.
 """
 from __future__ import annotations
 
@@ -78,6 +95,7 @@ _SPLIT_K_MIN = 256     # split-K keeps at least this much of the reduction per s
 _WINOGRAD_MIN_CHANNELS = 128
 _WINOGRAD_MIN_SPATIAL = 14 * 14
 _WINOGRAD_MAX_INPUT = 256 * 2**20
+_WINOGRAD_MIN_SPATIAL_BACKWARD = 28 * 28
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +112,9 @@ class ModeParams:
     n0: float = 0.0
     winograd: tuple[float, float] = (1.0, 1.0)
     convert: float = 0.0
+    p_mm: float = 0.0                         # matmuls' roofline blend (0: the same p as convolutions)
+    harness_q: float = 1.0                    # how single-op timing's dispatch meets the kernels (`timed`)
+    ramp_s: float = 0.0                       # per kernel: filling and draining the SMs (beyond the launch)
 
     def __post_init__(self) -> None:
         missing = [f for f in FAMILIES if f not in self.eff]
@@ -102,8 +123,10 @@ class ModeParams:
         eff = {str(k): (float(v[0]), float(v[1])) for k, v in dict(self.eff).items()}
         values = [x for pair in eff.values() for x in pair] + [self.mem_eff, self.transposed, *self.winograd]
         if (any(not (v > 0 and math.isfinite(v)) for v in values) or not self.p >= 1
-                or not min(self.k0, self.n0, self.convert) >= 0):
-            raise ValueError("kernel efficiencies must be positive and finite, p >= 1, k0 and n0 >= 0")
+                or not (self.p_mm == 0 or self.p_mm >= 1) or not self.harness_q >= 1
+                or not min(self.k0, self.n0, self.convert, self.ramp_s) >= 0):
+            raise ValueError("kernel efficiencies must be positive and finite, p, p_mm and harness_q >= 1, "
+                             "k0 and n0 >= 0")
         object.__setattr__(self, "winograd", (float(self.winograd[0]), float(self.winograd[1])))
         object.__setattr__(self, "eff", MappingProxyType(eff))
         object.__setattr__(self, "harness_s", (float(self.harness_s[0]), float(self.harness_s[1])))
@@ -111,7 +134,8 @@ class ModeParams:
     def to_dict(self) -> dict[str, Any]:
         return {"eff": {k: list(v) for k, v in self.eff.items()}, "harness_s": list(self.harness_s),
                 "harness_bmm_s": self.harness_bmm_s, "mem_eff": self.mem_eff, "k0": self.k0, "p": self.p,
-                "transposed": self.transposed, "n0": self.n0, "winograd": list(self.winograd), "convert": self.convert}
+                "transposed": self.transposed, "n0": self.n0, "winograd": list(self.winograd), "convert": self.convert,
+                "p_mm": self.p_mm, "harness_q": self.harness_q, "ramp_s": self.ramp_s}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ModeParams":
@@ -120,7 +144,8 @@ class ModeParams:
                    harness_bmm_s=float(d["harness_bmm_s"]), mem_eff=float(d["mem_eff"]), k0=float(d["k0"]),
                    p=float(d["p"]), transposed=float(d["transposed"]), n0=float(d.get("n0", 0.0)),
                    winograd=tuple(d.get("winograd", (1.0, 1.0))),  # type: ignore[arg-type]
-                   convert=float(d.get("convert", 0.0)))
+                   convert=float(d.get("convert", 0.0)), p_mm=float(d.get("p_mm", 0.0)),
+                   harness_q=float(d.get("harness_q", 1.0)), ramp_s=float(d.get("ramp_s", 0.0)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +208,26 @@ def class_modes(gpu: GpuType, tf32: bool = True) -> dict[str, str]:
     return {c: mode if c in ("matmul", "conv") else "fp32" for c in OP_CLASSES if c != "none"}
 
 
+def timed(kernels_s: np.ndarray, dispatch_s: np.ndarray | float, q: float) -> np.ndarray:
+    """What single-op timing reads for one phase (a forward call, or a backward pass) whose kernels take
+    `kernels_s` on the GPU and whose framework dispatch takes `dispatch_s` on the CPU: the two overlap
+    (the CPU queues kernels while earlier ones run), so the timing is near the larger of them once one
+    dominates, and near their sum only where each waits on the other. q = 1: their sum; q large: the
+    larger one."""
+    k = np.asarray(kernels_s, float)
+    h = np.asarray(dispatch_s, float)
+    return (k ** q + h ** q) ** (1.0 / q)
+
+
+def untimed(measured_s: np.ndarray | float, dispatch_s: np.ndarray | float, q: float) -> np.ndarray:
+    """`timed`'s inverse: the kernel time a timing implies, NaN where the timing is no longer than the
+    dispatch (dispatch-bound: it says only that the kernels took at most that long)."""
+    m = np.asarray(measured_s, float)
+    h = np.asarray(dispatch_s, float)
+    rest = m ** q - h ** q
+    return np.where(rest > 0, np.maximum(rest, 0.0) ** (1.0 / q), np.nan)
+
+
 def waves(batch: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, sm_count: int, mode: str = "fp32"
           ) -> np.ndarray:
     """Share of the GPU a GEMM keeps busy: the best of the tile shapes, each scored by the fill of its
@@ -209,13 +254,18 @@ def waves(batch: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, sm_cou
     return best
 
 
-def winograd_eligible(kernels: KernelShapes) -> np.ndarray:
-    """Convolutions cuDNN can run as Winograd (see the module docstring)."""
+def winograd_eligible(kernels: KernelShapes, mode: str = "fp32") -> np.ndarray:
+    """Convolutions that get the `winograd` factor (see the module docstring): in FP32 those cuDNN can
+    run as Winograd; in the tensor-core modes (no Winograd there) every wide 3x3 stride-1 convolution."""
     fam = np.asarray(kernels.family, dtype=np.int64)
+    wide = (fam == KERNEL_FAMILIES.index("conv3x3")) & (kernels.channels >= _WINOGRAD_MIN_CHANNELS)
+    if mode != "fp32":
+        return wide
     rows = np.maximum(kernels.m, kernels.k)          # N*H*W: the input's pixels, whatever the direction
     input_bytes = rows * kernels.channels * kernels.itemsize
-    return ((fam == KERNEL_FAMILIES.index("conv3x3")) & (kernels.channels >= _WINOGRAD_MIN_CHANNELS)
-            & (kernels.spatial >= _WINOGRAD_MIN_SPATIAL) & (input_bytes <= _WINOGRAD_MAX_INPUT))
+    forward = (kernels.spatial >= _WINOGRAD_MIN_SPATIAL) & (input_bytes <= _WINOGRAD_MAX_INPUT)
+    backward = kernels.spatial >= _WINOGRAD_MIN_SPATIAL_BACKWARD
+    return wide & np.where(np.asarray(kernels.backward, bool), backward, forward)
 
 
 def covered(kernels: KernelShapes, gpu: GpuType, tf32: bool = True) -> np.ndarray:
@@ -251,7 +301,6 @@ def kernel_times(kernels: KernelShapes, flops: np.ndarray, nbytes: np.ndarray, g
         return out, mask
     f = np.asarray(flops, float)
     b = np.asarray(nbytes, float)
-    wino = winograd_eligible(kernels)
     size = np.asarray(kernels.itemsize, dtype=np.int64)
     float32_mode = math_mode(gpu, 4, tf32)
     for mode in MODES:
@@ -271,14 +320,21 @@ def kernel_times(kernels: KernelShapes, flops: np.ndarray, nbytes: np.ndarray, g
         if p.n0 > 0:
             d = np.minimum(kernels.m[sel], kernels.n[sel])
             e = e * d / (d + p.n0)
-        e = np.where(wino[sel], e * np.where(back == 1, p.winograd[1], p.winograd[0]), e)
+        wino = winograd_eligible(kernels, mode)[sel]
+        e = np.where(wino, e * np.where(back == 1, p.winograd[1], p.winograd[0]), e)
         compute = f[sel] / (gpu.rate(mode) * e)
-        memory = b[sel] / (gpu.mem_bandwidth * p.mem_eff)
         convs = fams >= KERNEL_FAMILIES.index("conv3x3")
+        # a matmul's epilogue writes its output tiles after their reduction: not overlapped with the
+        # math, it adds; its operand loads overlap the math (the blend p_mm)
+        epilogue = np.where(convs, 0.0, np.minimum(kernels.batch[sel] * kernels.m[sel] * kernels.n[sel]
+                                                    * size[sel], b[sel]))
+        memory = (b[sel] - epilogue) / (gpu.mem_bandwidth * p.mem_eff)
         convert = np.where(convs, p.convert * b[sel] / gpu.mem_bandwidth, 0.0)
-        out[sel] = (compute ** p.p + memory ** p.p) ** (1.0 / p.p) + convert
+        blend = np.where(convs, p.p, p.p_mm or p.p)
+        out[sel] = ((compute ** blend + memory ** blend) ** (1.0 / blend) + convert + p.ramp_s
+                    + epilogue / (gpu.mem_bandwidth * p.mem_eff))
     return out, mask
 
 
 __all__ = ["MODES", "FAMILIES", "KernelTable", "ModeParams", "default_table", "math_mode", "class_modes", "waves",
-           "winograd_eligible", "covered", "kernel_times", "table_digest", "TABLE_PATH"]
+           "winograd_eligible", "covered", "kernel_times", "table_digest", "TABLE_PATH", "timed", "untimed"]
