@@ -270,6 +270,7 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
         # (between_graph_choice), and even shares on every host are what there is to find: no search,
         # the fastest that fits. Hosts of measured unequal speeds or links are searched.
         plans = {name: baseline(name, analysis, topology) for name in WHOLE_REPLICA_BASELINES}
+        plans["best-subset"] = _fallback("best-subset", analysis, topology, sim)
         fits = {name: t for name, p in plans.items() if math.isfinite(t := sim.simulate(p).iteration_time_s)}
         if fits:
             name = min(fits, key=lambda n: fits[n])
@@ -288,7 +289,7 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
              result.iteration_time_s * 1e3, result.best_baseline,
              min(result.baselines.values()) * 1e3, found.simulations, found.seconds)
     strategy = between_graph_choice(result.strategy, result.iteration_time_s, result.baselines, analysis, topology,
-                                    drive_s)
+                                    drive_s, sim)
     seconds = result.iteration_time_s if strategy is result.strategy else sim.simulate(strategy).iteration_time_s
     alone, alone_s = one_device_plan(sim, analysis, topology, drive_s)
     if alone is not None and (alone_s < seconds or (alone_s <= seconds and 0 not in strategy.machines(topology))):
@@ -355,12 +356,17 @@ def _fed_bytes(analysis: Analysis) -> float:
 
 # Baselines that replicate every group on every device with AllReduce (Strategy.whole_replicas).
 WHOLE_REPLICA_BASELINES = ("dp", "dp-p", "horovod", "horovod-p")
+# ... and the plans a task-driven cluster falls back to: those, or the same on the fastest machines only
+FALLBACK_BASELINES = (*WHOLE_REPLICA_BASELINES, "best-subset")
 
 
 def between_graph_choice(strategy: Strategy, seconds: float, baselines: Mapping[str, float | None],
-                         analysis: Analysis, topology: Topology, drive_s: float) -> Strategy:
+                         analysis: Analysis, topology: Topology, drive_s: float, sim: Simulator | None = None
+                         ) -> Strategy:
     """`strategy` (simulated `seconds` per step), or the fastest whole-replica baseline where the plan
-    needs one driver and the cost of driving it outweighs what it gains.
+    needs one driver and the cost of driving it outweighs what it gains. The whole-replica baselines:
+    data parallelism over every device (WHOLE_REPLICA_BASELINES) and best-subset, Horovod-P on the
+    fastest machines (rebuilt with `sim`, the simulator that timed it, when given).
 
     The simulator prices a plan as if one client drove every device, as the paper's in-graph runs
     were. Where every task can drive its own part of each step (between-graph execution), a plan
@@ -373,7 +379,7 @@ def between_graph_choice(strategy: Strategy, seconds: float, baselines: Mapping[
         return strategy
     charged = seconds + drive_s * (spans - 1)
     known = {name: t for name, t in baselines.items()
-             if name in WHOLE_REPLICA_BASELINES and t is not None and math.isfinite(t)}
+             if name in FALLBACK_BASELINES and t is not None and math.isfinite(t)}
     if not known:
         return strategy
     name = min(known, key=lambda n: known[n])
@@ -384,7 +390,7 @@ def between_graph_choice(strategy: Strategy, seconds: float, baselines: Mapping[
         log.info("auto plan: %s instead (every task drives its own part of each step): on CPU devices the "
                  "simulator cannot judge a plan that needs one driver (%.3g ms simulated, %.3g ms for %s)",
                  name, seconds * 1e3, known[name] * 1e3, name)
-        return baseline(name, analysis, topology)
+        return _fallback(name, analysis, topology, sim)
     if known[name] >= charged:
         log.info("auto plan: needs one driver (%.3g ms per step to drive %d other task(s)); still faster than %s "
                  "(%.3g against %.3g ms simulated)", drive_s * 1e3, spans - 1, name, charged * 1e3, known[name] * 1e3)
@@ -392,6 +398,18 @@ def between_graph_choice(strategy: Strategy, seconds: float, baselines: Mapping[
     log.info("auto plan: %s instead (%.3g ms simulated; every task drives its own part of each step), the searched "
              "plan needs one driver: %.3g ms simulated + %.3g ms per step to drive %d other task(s)",
              name, known[name] * 1e3, seconds * 1e3, drive_s * 1e3, spans - 1)
+    return _fallback(name, analysis, topology, sim)
+
+
+def _fallback(name: str, analysis: Analysis, topology: Topology, sim: Simulator | None) -> Strategy:
+    """The whole-replica baseline `name`; best-subset's subset chosen by `sim` where given (the
+    simulator the search judged it with), as the search found it."""
+    from tag_tf.search import baselines
+    from tag_tf.search.moves import Evaluator
+
+    if name == baselines.BEST_SUBSET and sim is not None:
+        strategy = baselines.best_subset(Evaluator(sim), len(analysis.grouping.groups), topology)[0]
+        return dataclasses.replace(strategy, graph=analysis.graph.fingerprint, topology=topology.fingerprint)
     return baseline(name, analysis, topology)
 
 

@@ -178,3 +178,32 @@ def test_a_plan_on_the_chiefs_machine_alone_runs_in_the_chiefs_own_session():
         losses = [sess.run([compiled.fetch_tensors[model.loss], compiled.run_ops[model.train_op]], feed)[0]
                   for _ in range(3)]
     assert np.all(np.isfinite(losses)) and losses[2] < losses[0]
+
+
+def test_on_cpus_a_plan_needing_one_driver_falls_back_to_best_subset_where_that_is_fastest():
+    """Measured on the emulated link cluster (benchmarks/RESULTS.md, TAG for real): falling back only
+    to data parallelism over every host, auto kept the transformer on one device (218 ms) where
+    best-subset, Horovod-P on the two hosts of the fast link, ran 159 ms. Best-subset is a whole-replica
+    plan too (every task drives its own part): the fallback takes it where it simulates fastest, with
+    the subset the search's simulator chose."""
+    from tag_tf.frontend.planning import simulator
+    from tag_tf.search.baselines import best_subset
+    from tag_tf.search.moves import Evaluator
+
+    _, analysis = analysis_of("mlp", num_groups=4)
+    n = len(analysis.grouping.groups)
+    cpus = load_topology({"name": "link", "machines": [
+        {"name": f"t{i}", "gpus": "1x cpu", "intra": "local"} for i in range(3)],
+        "inter": {"switch": "1Gbps", "latency": "60us"}})
+    split = Strategy(tuple(GroupPlan((0,) if g < n // 2 else (1,), Option.ALLREDUCE) for g in range(n)))
+    times = {"dp": 3e-3, "horovod": 2.5e-3, "best-subset": 1.2e-3, "heterog": 0.9e-3}
+    sim = simulator(analysis, cpus)
+    chosen = between_graph_choice(split, 1.0e-3, times, analysis, cpus, drive_s=0.05e-3, sim=sim)
+    expected = best_subset(Evaluator(sim), n, cpus)[0]
+    assert chosen.name == "best-subset" and chosen.whole_replicas
+    assert chosen.groups == expected.groups and chosen.graph == analysis.graph.fingerprint
+    # without the simulator, the named baseline (its own simulator's subset); where all-device data
+    # parallelism is faster, that
+    assert between_graph_choice(split, 1.0e-3, times, analysis, cpus, drive_s=0.05e-3).name == "best-subset"
+    faster_dp = {**times, "horovod": 1.0e-3}
+    assert between_graph_choice(split, 1.0e-3, faster_dp, analysis, cpus, drive_s=0.05e-3, sim=sim).name == "horovod"
