@@ -23,7 +23,9 @@ one device, the plain program's), planning time and first step.
 With --rounds R every row runs R times, interleaved (round r starts its row order r places further
 on), and reports the median of its R medians (`rounds_ms` keeps each): a shared 2-core machine drifts
 by 15-35% over a cluster's minutes, which one pass per row charges to whichever rows ran in a slow
-stretch. Later rounds find auto's plan in the plan cache (planning time is the first round's).
+stretch. The row's plan and prediction are the median round's; where discovery measured the hosts
+differently and the rounds ran different plans, `rounds_plans` lists each. Later rounds find auto's
+plan in the plan cache when discovery saw the same cluster (planning time is the first round's).
 
 Usage (root): python benchmarks/hetero_real.py [--quick] [--clusters compute,link,mixed]
                   [--models mlp,cnn,transformer] [--batch 48] [--warmup 5] [--steps 15] [--rounds 1] [--merge]
@@ -230,17 +232,28 @@ def measure_cluster(name: str, args: argparse.Namespace) -> dict:
 
 
 def combine_rounds(results: list[dict]) -> dict:
-    """One row from its interleaved rounds: the first measured round's details (plan, losses,
-    prediction, planning time) with the median of every measured round's median step; rounds that
-    failed are counted. A row no round measured is its first round's result (an error, absent)."""
+    """One row from its interleaved rounds: the median of every measured round's median step, with
+    the details (plan, prediction, losses) of the round that measured it (the lower of the middle two
+    for an even count), so that a prediction is always judged against its own plan's time; planning
+    time and first step are the first round's (later rounds find the plan cached). Where the rounds
+    ran different plans (discovery measured the hosts differently), `rounds_plans` lists each round's.
+    Rounds that failed are counted. A row no round measured is its first round's result."""
     measured = [r for r in results if "median_ms" in r]
     if not measured:
         return results[0]
     if len(results) == 1:
         return results[0]
-    row = dict(measured[0])
+    by_time = sorted(measured, key=lambda r: r["median_ms"])
+    row = dict(by_time[(len(by_time) - 1) // 2])
+    for key in ("planned_s", "first_step_s", "cache_hit"):
+        if key in measured[0]:
+            row[key] = measured[0][key]
     row["rounds_ms"] = [r["median_ms"] for r in measured]
     row["median_ms"] = statistics.median(row["rounds_ms"])
+    plans = [(r.get("plan") or {}).get("hosts") for r in measured]
+    if any(p != plans[0] for p in plans):
+        row["rounds_plans"] = [{"hosts": (r.get("plan") or {}).get("hosts"), "shares": (r.get("plan") or {}).get("shares"),
+                                "predicted_ms": r.get("predicted_ms"), "median_ms": r["median_ms"]} for r in measured]
     if len(measured) < len(results):
         row["rounds_failed"] = [r.get("error") or r.get("absent") for r in results if "median_ms" not in r]
     return row

@@ -42,3 +42,24 @@ def test_hetero_real_quick(tmp_path):
     verdict = data["verdicts"]["compute/cnn"]
     assert verdict["best_baseline"] in ("plain", "plain-as-written", "tag-dp", "tag-dp-p", "tag-horovod",
                                         "tag-horovod-p", "tag-best-subset")
+
+
+def test_rounds_report_the_median_round_with_its_own_plan_and_prediction():
+    """A prediction is judged against its own plan's time: where the rounds ran different plans (the
+    link cluster's transformer: round 1 on host far, predicted 183 ms; rounds 2 and 3 on a+b), the
+    row is the median round's, and every round's plan is kept."""
+    from benchmarks.hetero_real import combine_rounds
+
+    def run(hosts, predicted, median, planned):
+        return {"plan": {"hosts": hosts, "shares": None}, "predicted_ms": predicted, "median_ms": median,
+                "planned_s": planned, "first_step_s": planned + 1}
+
+    rounds = [run(["far"], 182.7, 237.7, 14.8), run(["a", "b"], 150.0, 162.2, 0.1), run(["a", "b"], 135.7, 157.1, 0.1)]
+    row = combine_rounds(rounds)
+    assert row["median_ms"] == 162.2 and row["predicted_ms"] == 150.0 and row["plan"]["hosts"] == ["a", "b"]
+    assert row["planned_s"] == 14.8                          # the first round planned; later ones were cached
+    assert [r["hosts"] for r in row["rounds_plans"]] == [["far"], ["a", "b"], ["a", "b"]]
+    same = combine_rounds([run(["a"], 10.0, 11.0, 1.0), run(["a"], 10.0, 12.0, 0.1)])
+    assert same["median_ms"] == 11.5 and same["predicted_ms"] == 10.0 and "rounds_plans" not in same
+    failed = combine_rounds([{"error": "boom"}, run(["a"], 10.0, 11.0, 1.0)])
+    assert failed["rounds_failed"] == ["boom"] and failed["median_ms"] == 11.0
