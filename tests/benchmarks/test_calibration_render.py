@@ -33,8 +33,31 @@ def test_mape_line_and_tables_follow_the_rows():
 
 def test_a_changed_figure_changes_the_section():
     data = _data()
-    data["calibration"]["fit"]["fitted"]["fig-iter/dp/vgg19"]["error"] = 0.5
+    fit = data["calibration"]["fit"]
+    fit["fitted"]["fig-iter/dp/vgg19"]["error"] = 0.5
     data["date"], data["commit"] = "2026-01-02", "abc1234"
     text = render(data)
-    assert "| fig-iter/dp/vgg19 | fit | 1.4561 | 0.2766 | -81% | 1.3715 | +50.0% |" in text
+    nominal = fit["nominal"]["fig-iter/dp/vgg19"]
+    calibrated = fit["fitted"]["fig-iter/dp/vgg19"]["simulated_s"]
+    assert (f"| fig-iter/dp/vgg19 | fit | 1.4561 | {nominal['simulated_s']:.4f} | {nominal['error'] * 100:+.0f}% | "
+            f"{calibrated:.4f} | +50.0% |") in text
     assert "measured 2026-01-02 on code abc1234" in text
+
+
+def test_the_shipped_calibration_is_judged_beside_the_re_fit_and_kept_unless_that_is_no_worse():
+    from benchmarks.calibration import not_worse
+
+    data = _data()
+    order = {m: {"agrees": m != "vgg19"} for m in ("vgg19", "resnet101", "bert-small")}
+    data["shipped"] = {"file": "tag_tf/profile/data/calibration_testbed.json", "mape_fitted": 0.123,
+                       "mape_held_out": 0.114, "order": order}
+    data["in_use"] = "shipped"
+    text = render(data)
+    assert "| shipped (`tag_tf/profile/data/calibration_testbed.json`) | 12.3% | 11.4% | 2/3 | yes |" in text
+    assert f"| this run's re-fit | {data['mape_fitted']:.1%} | {data['mape_held_out']:.1%} |" in text
+    assert "The presets keep the shipped calibration: on this code it is 12.3% off the fitted figures" in text
+    data["in_use"] = "re-fit"
+    assert "This re-fit replaced the shipped calibration" in render(data)
+    shipped = {"mape_fitted": 0.123, "mape_held_out": 0.114}
+    assert not not_worse({"mape_fitted": 0.112, "mape_held_out": 0.182}, shipped)     # better fitted, worse held out
+    assert not_worse({"mape_fitted": 0.12, "mape_held_out": 0.114}, shipped)
