@@ -163,10 +163,11 @@ def stored_costs_for(analysis: Analysis, topology: Topology, db: ProfileDB | str
 
 
 def baseline(name: str, analysis: Analysis, topology: Topology, budget_s: float | None = None,
-             calibration: Any = "default", costs: StoredCosts | None = None) -> Strategy:
+             calibration: Any = "default", costs: StoredCosts | None = None, sim: Simulator | None = None
+             ) -> Strategy:
     """The named baseline for this analysis on this topology, stamped with both ("heterog" is
     searched for `budget_s` seconds; "best-subset" simulates Horovod-P on the k fastest machines for
-    every k)."""
+    every k, with `sim` where given: the simulator a search judged it with)."""
     from tag_tf.search import baselines
 
     if name.endswith(SFB):
@@ -186,8 +187,8 @@ def baseline(name: str, analysis: Analysis, topology: Topology, budget_s: float 
         elif name == baselines.BEST_SUBSET:
             from tag_tf.search.moves import Evaluator
 
-            sim = simulator(analysis, topology, calibration, costs)
-            strategy = baselines.best_subset(Evaluator(sim), len(analysis.grouping.groups), topology)[0]
+            judge = sim if sim is not None else simulator(analysis, topology, calibration, costs)
+            strategy = baselines.best_subset(Evaluator(judge), len(analysis.grouping.groups), topology)[0]
         else:
             strategy = baselines.baseline(name, len(analysis.grouping.groups), topology)
     except ValueError as e:
@@ -270,7 +271,7 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
         # (between_graph_choice), and even shares on every host are what there is to find: no search,
         # the fastest that fits. Hosts of measured unequal speeds or links are searched.
         plans = {name: baseline(name, analysis, topology) for name in WHOLE_REPLICA_BASELINES}
-        plans["best-subset"] = _fallback("best-subset", analysis, topology, sim)
+        plans["best-subset"] = baseline("best-subset", analysis, topology, sim=sim)
         fits = {name: t for name, p in plans.items() if math.isfinite(t := sim.simulate(p).iteration_time_s)}
         if fits:
             name = min(fits, key=lambda n: fits[n])
@@ -390,7 +391,7 @@ def between_graph_choice(strategy: Strategy, seconds: float, baselines: Mapping[
         log.info("auto plan: %s instead (every task drives its own part of each step): on CPU devices the "
                  "simulator cannot judge a plan that needs one driver (%.3g ms simulated, %.3g ms for %s)",
                  name, seconds * 1e3, known[name] * 1e3, name)
-        return _fallback(name, analysis, topology, sim)
+        return baseline(name, analysis, topology, sim=sim)
     if known[name] >= charged:
         log.info("auto plan: needs one driver (%.3g ms per step to drive %d other task(s)); still faster than %s "
                  "(%.3g against %.3g ms simulated)", drive_s * 1e3, spans - 1, name, charged * 1e3, known[name] * 1e3)
@@ -398,19 +399,7 @@ def between_graph_choice(strategy: Strategy, seconds: float, baselines: Mapping[
     log.info("auto plan: %s instead (%.3g ms simulated; every task drives its own part of each step), the searched "
              "plan needs one driver: %.3g ms simulated + %.3g ms per step to drive %d other task(s)",
              name, known[name] * 1e3, seconds * 1e3, drive_s * 1e3, spans - 1)
-    return _fallback(name, analysis, topology, sim)
-
-
-def _fallback(name: str, analysis: Analysis, topology: Topology, sim: Simulator | None) -> Strategy:
-    """The whole-replica baseline `name`; best-subset's subset chosen by `sim` where given (the
-    simulator the search judged it with), as the search found it."""
-    from tag_tf.search import baselines
-    from tag_tf.search.moves import Evaluator
-
-    if name == baselines.BEST_SUBSET and sim is not None:
-        strategy = baselines.best_subset(Evaluator(sim), len(analysis.grouping.groups), topology)[0]
-        return dataclasses.replace(strategy, graph=analysis.graph.fingerprint, topology=topology.fingerprint)
-    return baseline(name, analysis, topology)
+    return baseline(name, analysis, topology, sim=sim)
 
 
 def _cpus_only(topology: Topology) -> bool:
