@@ -12,10 +12,16 @@ step waits for the slower GPUs) near their datasheet values instead of drifting.
 parameter exists anywhere: every case shares the same physics.
 
 Figures from mixed clusters often cannot tell WHICH GPU type is the straggler: on the paper's
-testbed a slow P100 and a slow V100 explain the DP figures equally well (costs within 0.1%).
+testbed a slow P100 and a slow V100 explain the DP figures equally well (MAPE 11.2% against 11.3%).
 `fit_basins` therefore fits from several starts (nominal, and each GPU type as the straggler) and,
-among the fits the figures cannot tell apart (cost within `TIE`), keeps the one that inverts the
-fewest pairs of the datasheet's order of GPU speeds; every basin is reported.
+among the fits the figures cannot tell apart, keeps the one that inverts the fewest pairs of the
+datasheet's order of GPU speeds; every basin is reported.
+
+Which fits the figures cannot tell apart: Akaike's criterion. With Gaussian errors on n fitted
+figures, AIC = n ln(SSR / n) + 2k; every basin fits the same k parameters, so two basins differ by
+n ln(cost_b / cost_a), and fits within AIC_TIE (2, Burnham & Anderson's "substantial support" for
+both) of the best are tied: cost_b <= cost_a * exp(AIC_TIE / n), 20% for the paper's 11 figures. A
+relative cost within `TIE` always ties (and is the whole rule where a result has no residuals).
 """
 from __future__ import annotations
 
@@ -34,7 +40,8 @@ if TYPE_CHECKING:
 
 PRIOR_WEIGHT = 0.05
 MAX_ITERATIONS = 40
-TIE = 0.01                 # relative cost within which two fits are indistinguishable
+TIE = 0.01                 # relative cost within which two fits are always indistinguishable
+AIC_TIE = 2.0              # Akaike-criterion difference within which two fits are indistinguishable
 STRAGGLER_START = 0.15     # compute_eff a straggler start gives its GPU type
 
 
@@ -158,11 +165,20 @@ def speed_inversions(calibration: Calibration, peak_flops: dict[str, float]) -> 
                if (peak_flops[a] - peak_flops[b]) * (speed[a] - speed[b]) < 0)
 
 
-def choose_basin(results: Sequence[FitResult], peak_flops: dict[str, float]) -> FitResult:
-    """The lowest-cost fit, unless others are as good (within TIE): then the one keeping the
-    datasheet's order of GPU speeds best (fewest inversions), then the lower cost."""
+def tie_limit(results: Sequence[FitResult]) -> float:
+    """The highest cost the figures cannot tell from the best of `results` (module docstring: within
+    AIC_TIE of the best fit's Akaike criterion on its n figures, or within TIE)."""
     best = min(r.cost for r in results)
-    tied = [r for r in results if r.cost <= best * (1 + TIE) + 1e-12]
+    n = max((len(r.residuals) for r in results), default=0)
+    factor = max(1 + TIE, math.exp(AIC_TIE / n)) if n else 1 + TIE
+    return best * factor + 1e-12
+
+
+def choose_basin(results: Sequence[FitResult], peak_flops: dict[str, float]) -> FitResult:
+    """The lowest-cost fit, unless others are as good (`tie_limit`): then the one keeping the
+    datasheet's order of GPU speeds best (fewest inversions), then the lower cost."""
+    limit = tie_limit(results)
+    tied = [r for r in results if r.cost <= limit]
     return min(tied, key=lambda r: (speed_inversions(r.calibration, peak_flops), r.cost))
 
 
@@ -179,8 +195,10 @@ def fit_basins(cases: Sequence[Case], free: Sequence[str], peak_flops: dict[str,
     for label, start in starts:
         results.append(fit(cases, free, name=name, start=start, progress=progress))
     chosen = choose_basin(results, peak_flops)
+    limit = tie_limit(results)
     basins = [{"start": label, "cost": r.cost, "mape": r.mape, "values": dict(r.calibration.values),
-               "speed_inversions": speed_inversions(r.calibration, peak_flops), "chosen": r is chosen}
+               "speed_inversions": speed_inversions(r.calibration, peak_flops), "chosen": r is chosen,
+               "tied": r.cost <= limit}
               for (label, _), r in zip(starts, results)]
     return chosen, basins
 
@@ -189,4 +207,4 @@ def _latency_nominal(cases: Sequence[Case]) -> float:
     return float(cases[0].sim.topology.inter_latency)
 
 
-__all__ = ["Case", "FitResult", "choose_basin", "fit", "fit_basins", "simulate_cases", "speed_inversions"]
+__all__ = ["Case", "FitResult", "choose_basin", "fit", "fit_basins", "simulate_cases", "speed_inversions", "tie_limit"]

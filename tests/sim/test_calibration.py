@@ -149,3 +149,26 @@ def test_indistinguishable_fits_keep_the_datasheet_order_of_gpu_speeds():
     assert choose_basin([slow_v100, slow_p100], peak) is slow_p100
     much_better = result(0.09, 1.0, 0.15)
     assert choose_basin([much_better, slow_p100], peak) is much_better
+
+
+def test_fits_within_akaikes_criterion_are_tied_and_clearly_worse_ones_are_not():
+    """With residuals on n figures, two basins whose costs differ by less than AIC_TIE in Akaike's
+    criterion (n ln(cost_b / cost_a)) are tied, and the datasheet's order decides; a fit far outside
+    it loses whatever its order."""
+    import math
+
+    from tag_tf.search.calibration_fit import AIC_TIE, FitResult, choose_basin, tie_limit
+
+    peak = {"V100-32GB": 15.7e12, "GTX1080Ti": 11.3e12, "P100": 9.3e12}
+    residuals = {f"figure-{i}": 0.1 for i in range(11)}
+
+    def result(v100, p100, cost):
+        cal = full(**{"compute_eff:V100-32GB": v100, "compute_eff:GTX1080Ti": 1.0, "compute_eff:P100": p100})
+        return FitResult(cal, residuals, {}, 1, 1, cost)
+
+    slow_v100, slow_p100 = result(0.09, 1.0, 0.1740), result(1.0, 0.13, 0.1811)   # today's testbed basins
+    assert tie_limit([slow_v100, slow_p100]) == pytest.approx(0.1740 * math.exp(AIC_TIE / 11))
+    assert choose_basin([slow_v100, slow_p100], peak) is slow_p100
+    just_out = result(1.0, 0.13, 0.1740 * math.exp(AIC_TIE / 11) * 1.01)
+    assert choose_basin([slow_v100, just_out], peak) is slow_v100
+    assert choose_basin([slow_v100, result(1.0, 0.13, 1.6531)], peak) is slow_v100
