@@ -28,7 +28,7 @@ differently and the rounds ran different plans, `rounds_plans` lists each. Later
 plan in the plan cache when discovery saw the same cluster (planning time is the first round's).
 
 Usage (root): python benchmarks/hetero_real.py [--quick] [--clusters compute,link,mixed]
-                  [--models mlp,cnn,transformer] [--batch 48] [--warmup 5] [--steps 15] [--rounds 1] [--merge]
+                  [--models mlp,cnn,transformer,cnn-wide] [--batch 48] [--warmup 5] [--steps 15] [--rounds 1] [--merge]
 Writes benchmarks/results/hetero_real.json (--quick: hetero_real_quick.json; --out: that file), the
 RESULTS.md section (--markdown '' skips it) and the plot beside the JSON (hetero_real.svg).
 """
@@ -61,11 +61,31 @@ CLUSTERS = {
                         {"name": "far", "cpu": 0.25, "nic": "50Mbps"}]},
 }
 # The models as step_time.py builds them, the mlp and the cnn at full size (their dense gradients: 2.1 and
-# 3.2 MB, more than a 50 Mbit/s link moves in a step), the transformer as step_time's (embeddings).
+# 3.2 MB, more than a 50 Mbit/s link moves in a step), the transformer as step_time's (embeddings), and
+# cnn-wide: the cnn on 56x56 images with 64/128 filters and a 512-unit dense layer, a step that is mostly
+# convolution (small weights) beside a 51 MB dense gradient (25088 x 512), at batch 96 (MODEL_BATCH).
+WIDE_CNN = dict(input_size=56, filters=(64, 128), dense_units=512)
+MODEL_BATCH = {"cnn-wide": 96}
+
+
 def _model_kwargs() -> dict[str, dict]:
     from benchmarks.step_time import COMMON, MODEL_KWARGS
 
-    return {"mlp": dict(COMMON, tiny=False), "cnn": dict(COMMON, tiny=False), "transformer": MODEL_KWARGS["transformer"]}
+    return {"mlp": dict(COMMON, tiny=False), "cnn": dict(COMMON, tiny=False), "transformer": MODEL_KWARGS["transformer"],
+            "cnn-wide": dict(COMMON, tiny=False, **WIDE_CNN)}
+
+
+def _register_models() -> None:
+    """Make step_time build this benchmark's models (sizes, and which zoo model a variant is)."""
+    from benchmarks import step_time
+
+    step_time.MODEL_KWARGS.update(_model_kwargs())
+    step_time.ZOO_NAME["cnn-wide"] = "cnn"
+
+
+def model_batch(model: str, args: argparse.Namespace) -> int:
+    """The global batch `model` runs at: MODEL_BATCH's, else --batch."""
+    return MODEL_BATCH.get(model, args.batch)
 
 
 TAG_ROWS = ("tag-auto", "tag-dp", "tag-dp-p", "tag-horovod", "tag-horovod-p", "tag-best-subset")
@@ -84,7 +104,7 @@ BEGIN, END = "<!-- hetero_real:begin -->", "<!-- hetero_real:end -->"
 def child(args: argparse.Namespace) -> dict:
     from benchmarks import step_time
 
-    step_time.MODEL_KWARGS.update(_model_kwargs())      # every builder below reads the sizes from there
+    _register_models()      # every builder below reads the sizes (and a variant's zoo model) from there
 
     if args.run == "profile":
         return profile(args)
@@ -92,7 +112,8 @@ def child(args: argparse.Namespace) -> dict:
         from benchmarks import peers
 
         batches = step_time.batches_for(args.model, args.batch, args.warmup + args.steps)
-        return peers.run_tf2("mwms-2proc", args.model, step_time.model_kwargs(args.model), batches, args.warmup)
+        return peers.run_tf2("mwms-2proc", step_time.zoo_name(args.model), step_time.model_kwargs(args.model), batches,
+                             args.warmup)
     if args.run in PLAIN_ROWS:
         return step_time.train(args.model, args, None, as_written=args.run == "plain-as-written")
     return step_time.train(args.model, args, dict(strategy=args.run[len("tag-"):]), inspect=describe_run)
@@ -109,10 +130,11 @@ def profile(args: argparse.Namespace) -> dict:
     from tag_tf.profile.db import ProfileDB, default_db_path
 
     kwargs = dict(step_time.model_kwargs(args.model))
-    fingerprint = model_ir(build_model(args.model, **kwargs)).fingerprint
+    zoo = step_time.zoo_name(args.model)
+    fingerprint = model_ir(build_model(zoo, **kwargs)).fingerprint
     tiny, dynamic = kwargs.pop("tiny", False), kwargs.pop("dynamic_batch", False)
     start = time.perf_counter()
-    prof = profile_model(args.model, PROFILE_SIZES, repeats=5, warmup=2, tiny=tiny, dynamic_batch=dynamic,
+    prof = profile_model(zoo, PROFILE_SIZES, repeats=5, warmup=2, tiny=tiny, dynamic_batch=dynamic,
                          inter_op_threads=None, **kwargs)
     ProfileDB(default_db_path()).put_op_profile(dataclasses.replace(prof, fingerprint=fingerprint), fingerprint,
                                                 "cpu", list(PROFILE_SIZES))
@@ -147,7 +169,7 @@ def describe_run(d) -> dict:
 
 # -- the launcher (root) ----------------------------------------------------------------------------
 def _argv(run: str, model: str, args: argparse.Namespace) -> list[str]:
-    return [sys.executable, os.path.abspath(__file__), "--run", run, "--model", model, "--batch", str(args.batch),
+    return [sys.executable, os.path.abspath(__file__), "--run", run, "--model", model, "--batch", str(model_batch(model, args)),
             "--warmup", str(args.warmup), "--steps", str(args.steps)]
 
 
@@ -227,6 +249,8 @@ def measure_cluster(name: str, args: argparse.Namespace) -> dict:
                 rows[row] = combine_rounds(runs[row])
             if args.rounds > 1:
                 rows["rounds"] = args.rounds
+            if model_batch(model, args) != args.batch:
+                rows["batch"] = model_batch(model, args)
             out["models"][model] = rows
     return out
 
@@ -273,10 +297,11 @@ def verdicts(data: dict) -> dict:
             baselines = {k: t[k] for k in (*PLAIN_ROWS, *TAG_ROWS[1:]) if k in t}
             peers = {k: t[k] for k in ("mwms", "horovod") if k in t}
             best_base = min(baselines, key=baselines.get) if baselines else None
+            plan = rows["tag-auto"].get("plan") or {}
             v = {"auto_ms": t["tag-auto"], "best_baseline": best_base,
                  "auto_over_best_baseline": t["tag-auto"] / baselines[best_base] if best_base else None,
                  "auto_over_faster_peer": t["tag-auto"] / min(peers.values()) if peers else None,
-                 "auto_plan": rows["tag-auto"].get("plan")}
+                 "auto_plan": plan or None, "searched_multi_host": searched_multi_host(plan)}
             predicted = {k: rows[k]["predicted_ms"] for k in TAG_ROWS if k in t and "predicted_ms" in rows[k]}
             if predicted:
                 errors = [abs(predicted[k] - t[k]) / t[k] for k in predicted]
@@ -291,6 +316,13 @@ def verdicts(data: dict) -> dict:
     if pairs:
         out["all"] = {"mape": statistics.mean(abs(p - m) / m for p, m in pairs)}
     return out
+
+
+def searched_multi_host(plan: dict) -> bool:
+    """Whether auto's plan is one only the search finds on two or more hosts: neither whole replicas
+    (every group data-parallel on the same devices, no SFB: what the baselines are) nor one device."""
+    return bool(plan) and not plan.get("whole_replicas", True) and not plan.get("one_device") \
+        and len(plan.get("hosts") or []) >= 2
 
 
 def _spearman(a: list[float], b: list[float]) -> float | None:
@@ -327,13 +359,17 @@ def render(data: dict) -> str:
                              "absent" if "absent" in r else "error" if r else "not run")
             auto = rows.get("tag-auto", {})
             plan = auto.get("plan") or {}
+            if rows.get("batch"):
+                model = f"{model} (batch {rows['batch']})"
             if rows.get("rounds", 1) > 1:
                 model = f"{model} (median of {rows['rounds']} interleaved rounds)"
             if rows.get("measured_with"):
                 model = f"{model} (code {rows['measured_with']['commit']}, {rows['measured_with']['date']})"
             desc = (f"{'+'.join(plan.get('hosts', []))} {plan.get('options')} "
                     f"{'/'.join(str(s) for s in plan.get('shares') or []) or 'even'}"
-                    + (" (one device)" if plan.get("one_device") else "")) if plan else "-"
+                    + (f", SFB on {plan['sfb']} gradient(s)" if plan.get("sfb") else "")
+                    + (" (one device)" if plan.get("one_device") else "")
+                    + (" (searched: not whole replicas)" if searched_multi_host(plan) else "")) if plan else "-"
             pred = f"{auto['predicted_ms']:.1f}" if "predicted_ms" in auto else "-"
             lines.append(f"| {model} | " + " | ".join(cells) + f" | {desc} | {pred} |")
         lines.append("")
@@ -351,6 +387,11 @@ def render(data: dict) -> str:
                      f"{f(x.get('max_last_loss_diff'), '.2e')} |")
     if "all" in v:
         lines += ["", f"Every tag_tf row's prediction against its measured step: MAPE {v['all']['mape']:.1%}."]
+    searched = [(k, x) for k, x in v.items() if k != "all" and x.get("searched_multi_host")]
+    lines += ["", "Plans only the search finds (neither whole replicas nor one device) on two or more hosts: " + (
+        "; ".join(f"{k} on {'+'.join(x['auto_plan']['hosts'])}, auto / best of the baselines and plain "
+                  f"{x['auto_over_best_baseline']:.2f}x ({x['best_baseline']})" for k, x in searched
+                  if x.get("auto_over_best_baseline")) or "none") + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -376,7 +417,7 @@ def plot(data: dict, path: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clusters", default=",".join(CLUSTERS))
-    ap.add_argument("--models", default="mlp,cnn,transformer")
+    ap.add_argument("--models", default="mlp,cnn,transformer,cnn-wide")
     ap.add_argument("--batch", type=int, default=48,
                     help="global batch (default 48: MultiWorkerMirroredStrategy's equal shards over 3 hosts)")
     ap.add_argument("--warmup", type=int, default=5)

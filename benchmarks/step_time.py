@@ -63,15 +63,24 @@ MODEL_KWARGS = {"transformer": dict(COMMON, input_size=32, d_model=128, d_ff=512
 TIMEOUT_S = 900
 
 
+# Benchmark variants of zoo models: their name here -> the zoo model they build (with MODEL_KWARGS' sizes).
+ZOO_NAME: dict[str, str] = {}
+
+
 def model_kwargs(model: str) -> dict:
     return MODEL_KWARGS.get(model, COMMON)
+
+
+def zoo_name(model: str) -> str:
+    """The zoo model `model` (a benchmark variant's name, or the zoo's own) builds."""
+    return ZOO_NAME.get(model, model)
 
 
 def batches_for(model_name: str, batch: int, count: int, model=None) -> list[dict]:
     """The seeded batches every configuration trains on (`model`: the built graph, if already at hand)."""
     from tag_tf.models import build_model
 
-    model = model or build_model(model_name, **model_kwargs(model_name))
+    model = model or build_model(zoo_name(model_name), **model_kwargs(model_name))
     rng = np.random.default_rng(0)
     return [model.feed(rng, batch) for _ in range(count)]
 
@@ -88,7 +97,7 @@ def train(model_name: str, args: argparse.Namespace, distribute_kwargs: dict | N
     import tag_tf
     from tag_tf.models import build_model
 
-    model = build_model(model_name, **model_kwargs(model_name))
+    model = build_model(zoo_name(model_name), **model_kwargs(model_name))
     batches = batches_for(model_name, args.batch, args.warmup + args.steps, model)
     scope = tag_tf.distribute(**distribute_kwargs) if distribute_kwargs is not None else contextlib.nullcontext()
     times, losses = [], []
@@ -140,7 +149,7 @@ def predict(model_name: str, args: argparse.Namespace) -> dict:
     from tag_tf.profile.db import ProfileDB
     from tag_tf.strategy import Strategy
 
-    model = build_model(model_name, **model_kwargs(model_name))
+    model = build_model(zoo_name(model_name), **model_kwargs(model_name))
     batch = batches_for(model_name, args.batch, 1, model)[0]
     with tag_tf.distribute(strategy="dp", topology="local:2") as d:
         graph = tf.Graph()
