@@ -63,3 +63,43 @@ def test_rounds_report_the_median_round_with_its_own_plan_and_prediction():
     assert same["median_ms"] == 11.5 and same["predicted_ms"] == 10.0 and "rounds_plans" not in same
     failed = combine_rounds([{"error": "boom"}, run(["a"], 10.0, 11.0, 1.0)])
     assert failed["rounds_failed"] == ["boom"] and failed["median_ms"] == 11.0
+
+
+def test_a_searched_plan_on_several_hosts_is_named_with_its_speedup_and_a_variant_keeps_its_batch():
+    """auto's plan counts as one only the search finds where it is neither whole replicas nor one
+    device and spans two or more hosts; the verdict and the section name it with auto over the best
+    of the baselines and plain. cnn-wide runs at its own batch (MODEL_BATCH), shown beside its name."""
+    import argparse
+
+    from benchmarks.hetero_real import model_batch, render, searched_multi_host, verdicts
+
+    sfb_plan = {"hosts": ["a", "b", "far"], "options": ["allreduce"], "shares": [0.333, 0.333, 0.333], "sfb": 1,
+                "whole_replicas": False, "one_device": False}
+    assert searched_multi_host(sfb_plan)
+    assert not searched_multi_host(dict(sfb_plan, whole_replicas=True, sfb=0))
+    assert not searched_multi_host(dict(sfb_plan, hosts=["a"]))
+    assert not searched_multi_host(dict(sfb_plan, one_device=True, hosts=["a"]))
+    assert not searched_multi_host({})
+
+    def row(ms, predicted=None, plan=None):
+        r = {"median_ms": ms, "last_loss": 2.3}
+        if predicted is not None:
+            r.update(predicted_ms=predicted, plan=plan)
+        return r
+    whole = {"hosts": ["a", "b"], "options": ["allreduce"], "shares": [0.5, 0.5], "whole_replicas": True,
+             "one_device": False}
+    rows = {"plain": row(1375.0), "tag-auto": row(1133.0, 748.0, sfb_plan), "tag-best-subset": row(1408.0, 1167.0, whole),
+            "tag-horovod-p": row(12749.0, 11800.0, dict(whole, hosts=["a", "b", "far"])), "batch": 96}
+    data = {"date": "2026-11-27", "machine": "x86_64", "cores": 2, "commit": "abc", "batch": 48, "steps": 15,
+            "warmup": 5, "clusters": {"link": {"measured": {"hosts": [{"name": "a", "cpu_speed": 0.5}],
+                                                            "links": [{"bandwidth_bps": 48e6}]},
+                                               "models": {"cnn-wide": rows}}}}
+    data["verdicts"] = verdicts(data)
+    v = data["verdicts"]["link/cnn-wide"]
+    assert v["searched_multi_host"] and v["best_baseline"] == "plain"
+    assert v["auto_over_best_baseline"] == pytest.approx(1133.0 / 1375.0)
+    text = render(data)
+    assert "cnn-wide (batch 96)" in text and "SFB on 1 gradient(s) (searched: not whole replicas)" in text
+    assert "link/cnn-wide on a+b+far, auto / best of the baselines and plain 0.82x (plain)" in text
+    args = argparse.Namespace(batch=48)
+    assert model_batch("cnn-wide", args) == 96 and model_batch("cnn", args) == 48
