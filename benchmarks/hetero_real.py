@@ -380,10 +380,10 @@ def render(data: dict) -> str:
         if key == "all":
             continue
 
-        def f(value: float | None, fmt: str = ".2f") -> str:
-            return "-" if value is None else format(value, fmt)
-        lines.append(f"| {key} | {f(x.get('auto_over_best_baseline'))}x | {x.get('best_baseline')} | "
-                     f"{f(x.get('auto_over_faster_peer'))}x | {f(x.get('mape'), '.1%')} | {f(x.get('spearman'))} | "
+        def f(value: float | None, fmt: str = ".2f", unit: str = "") -> str:
+            return "-" if value is None else format(value, fmt) + unit
+        lines.append(f"| {key} | {f(x.get('auto_over_best_baseline'), '.2f', 'x')} | {x.get('best_baseline')} | "
+                     f"{f(x.get('auto_over_faster_peer'), '.2f', 'x')} | {f(x.get('mape'), '.1%')} | {f(x.get('spearman'))} | "
                      f"{f(x.get('max_last_loss_diff'), '.2e')} |")
     if "all" in v:
         lines += ["", f"Every tag_tf row's prediction against its measured step: MAPE {v['all']['mape']:.1%}."]
