@@ -144,9 +144,11 @@ def profile(args: argparse.Namespace) -> dict:
 def describe_run(d) -> dict:
     """What a tag_tf run (`d`, its distribute scope) planned and ran: the plan (hosts, options,
     shares), its predicted step (the simulator the planner judges plans with, on the discovered
-    topology, with the profile database's op times), planning time."""
+    topology, with the profile database's op times, and the client's feed and drive where tasks
+    drive themselves: `client_ms` of it), planning time."""
     from tag_tf.context import default_cache_dir
-    from tag_tf.frontend.planning import simulator, stored_costs_for
+    from tag_tf.frontend.distribute import drive_cost
+    from tag_tf.frontend.planning import client_for, simulator, stored_costs_for
 
     program = d.programs[0]
     plan, topo, analysis = program.plan, program.target.topology, program.analysis
@@ -154,8 +156,10 @@ def describe_run(d) -> dict:
     hosts = sorted(strategy.machines(topo))
     devices = sorted({dv for g in strategy.groups for dv in g.devices})
     costs = stored_costs_for(analysis, topo, os.path.join(default_cache_dir(), "profiles"))
-    sim = simulator(analysis, topo, "default", costs)
-    predicted = sim.simulate(strategy).iteration_time_s
+    client = client_for(analysis, topo, drive_cost(program.target, analysis))
+    sim = simulator(analysis, topo, "default", costs).with_client(client)
+    report = sim.simulate(strategy)
+    predicted = report.iteration_time_s
     shares = None if strategy.shares is None else [strategy.shares[dv] for dv in devices]
     options = sorted({g.option.name.lower() for g in strategy.groups})
     return {"plan": {"name": strategy.name, "groups": len(strategy.groups), "options": options,
@@ -163,7 +167,8 @@ def describe_run(d) -> dict:
                      "whole_replicas": bool(strategy.whole_replicas), "sfb": len(strategy.sfb),
                      "shares": None if shares is None else [round(x / sum(shares), 3) for x in shares],   # of `devices`
                      "one_device": len(devices) == 1},
-            "predicted_ms": predicted * 1e3, "planned_s": plan.seconds, "cache_hit": plan.cache_hit,
+            "predicted_ms": predicted * 1e3, "client_ms": report.client_s * 1e3, "planned_s": plan.seconds,
+            "cache_hit": plan.cache_hit,
             "profiled_costs": sorted(costs.files), "topology": topo.to_dict()}
 
 

@@ -459,7 +459,7 @@ class Distribution:
                                     cache_dir=ctx.options.cache_root(),
                                     budget_s=self._search_budget(start),
                                     calibration=self.options["calibration"], costs=costs, sfb=self.options["sfb"],
-                                    drive_s=_drive_cost(target, analysis))
+                                    drive_s=drive_cost(target, analysis))
             if costs is not None and costs.runtimes:
                 as_written = costs.as_written
                 for dt, fit in sorted(costs.runtimes.items()):
@@ -657,7 +657,7 @@ class Distribution:
         return []
 
 
-def _drive_cost(target: Any, analysis: Any) -> float:
+def drive_cost(target: Any, analysis: Any) -> float:
     """What a plan needing one driver pays per step and per other task (Target.drive_s), where this
     graph's whole-replica plans could run between-graph; 0 where no plan of it can (every plan pays)."""
     from tag_tf.compiler.localize import ONE_DRIVER_OPS

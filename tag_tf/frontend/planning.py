@@ -23,6 +23,7 @@ from tag_tf.placement.layout import validated_duplicates
 from tag_tf.context import CACHE_ENV, default_cache_dir  # noqa: F401  (re-exported: the plan cache's root)
 from tag_tf.datafiles import write_atomic
 from tag_tf.errors import StrategyError
+from tag_tf.sim.client import Client, fed_bytes
 from tag_tf.strategy import Strategy
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ SFB = "+sfb"                    # a baseline with sufficient factor broadcasting
 PLANNED = ("auto", *BASELINE_REQUESTS, *(b + SFB for b in BASELINE_REQUESTS))
 CACHE_FORMAT = "tag_tf.plan/2"
 # Bumped whenever the planner's choices change for the same inputs: older cached plans then miss.
-PLANNER_VERSION = "mcts/6"      # 2: group refinement, per-plan shares, balanced groups; 3: SFB; 4: the trained GNN prior; 5: pure MCTS by default (gnn_wallclock); 6: the GPU kernel model (TF32, waves, Winograd)
+PLANNER_VERSION = "mcts/7"      # 2: group refinement, per-plan shares, balanced groups; 3: SFB; 4: the trained GNN prior; 5: pure MCTS by default (gnn_wallclock); 6: the GPU kernel model (TF32, waves, Winograd); 7: the client's feed and drive on task-driven clusters
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -188,7 +189,8 @@ def baseline(name: str, analysis: Analysis, topology: Topology, budget_s: float 
             from tag_tf.search.moves import Evaluator
 
             judge = sim if sim is not None else simulator(analysis, topology, calibration, costs)
-            strategy = baselines.best_subset(Evaluator(judge), len(analysis.grouping.groups), topology)[0]
+            strategy = baselines.best_subset(Evaluator(judge), len(analysis.grouping.groups), topology,
+                                             singles=judge.client is not None)[0]
         else:
             strategy = baselines.baseline(name, len(analysis.grouping.groups), topology)
     except ValueError as e:
@@ -266,6 +268,8 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
     patience = DEFAULT_PATIENCE_S if budget_s is None else None
     sim = sim if sim is not None else simulator(analysis, topology, calibration, costs)
+    if sim.client is None and (client := client_for(analysis, topology, drive_s)) is not None:
+        sim = sim.with_client(client)      # every plan judged with the feed and drive it costs the client
     if drive_s > 0 and topology.num_machines > 1 and _cpus_only(topology) and _alike(topology):
         # Tasks that drive themselves on alike CPU hosts: only whole replicas are worth running
         # (between_graph_choice), and even shares on every host are what there is to find: no search,
@@ -318,13 +322,13 @@ def one_device_plan(sim: Simulator, analysis: Analysis, topology: Topology, driv
     """The whole model on the device that simulates fastest alone (one per machine and type; the first
     such device on a tie), and its time. A device of another machine than the first (the chief's,
     where the client feeds every batch and reads every fetch) also pays, every step, the batch's
-    move to it and one round trip to drive it (`drive_s`): the simulator has no client."""
+    move to it and one round trip to drive it (`drive_s`): the simulator's client (`sim.client`,
+    sim/client.py) where it has one, else charged here."""
     from tag_tf.strategy import Option
 
     best: tuple[Strategy | None, float] = (None, math.inf)
     seen = set()
-    client = next((d.id for d in topology.devices if d.machine == 0), 0)
-    fed = _fed_bytes(analysis)
+    own = Client(fed_bytes(analysis), drive_s, between_graph=False)    # where `sim` has no client
     for d in topology.devices:
         kind = (d.machine, d.type)
         if kind in seen:
@@ -332,27 +336,11 @@ def one_device_plan(sim: Simulator, analysis: Analysis, topology: Topology, driv
         seen.add(kind)
         plan = Strategy.uniform(len(analysis.grouping.groups), (d.id,), Option.ALLREDUCE)
         t = sim.simulate(plan).iteration_time_s
-        if d.machine != 0:
-            t += fed / topology.bandwidth(client, d.id) + 2 * topology.latency(client, d.id) + drive_s
+        if sim.client is None:
+            t += own.charge(plan, topology)
         if math.isfinite(t) and t < best[1]:
             best = (plan, t)
     return best
-
-
-def _fed_bytes(analysis: Analysis) -> float:
-    """Bytes the client feeds every step (the batch inputs at the planned batch size)."""
-    graph, total = analysis.graph, 0
-    for name in graph.meta.feeds:
-        try:
-            t = graph.tensor(name)
-        except KeyError:
-            continue
-        shape = t.shape
-        if not shape or any(n < 0 for n in shape[1:]):
-            continue
-        rows = shape[0] if shape[0] >= 0 else (analysis.batch_size or 1)
-        total += math.prod(shape[1:]) * int(rows) * t.itemsize
-    return float(total)
 
 
 # Baselines that replicate every group on every device with AllReduce (Strategy.whole_replicas).
@@ -380,11 +368,11 @@ def between_graph_choice(strategy: Strategy, seconds: float, baselines: Mapping[
     with any other edge between tasks than a collective still needs one driver, and pays a round
     trip to each other task every step (`drive_s`, measured; on a small model's step it is most of
     the step). Charged here rather than in the simulator: it depends on how the run is launched,
-    not on the devices."""
+    not on the devices. A `sim` with a client (sim/client.py) has charged it in `seconds` already."""
     spans = len(strategy.machines(topology))
     if drive_s <= 0 or spans < 2 or strategy.whole_replicas:
         return strategy
-    charged = seconds + drive_s * (spans - 1)
+    charged = seconds if sim is not None and sim.client is not None else seconds + drive_s * (spans - 1)
     known = {name: t for name, t in baselines.items()
              if name in FALLBACK_BASELINES and t is not None and math.isfinite(t)}
     if not known:
@@ -402,14 +390,6 @@ def between_graph_choice(strategy: Strategy, seconds: float, baselines: Mapping[
     log.info("auto plan: %s instead (%.3g ms simulated; every task drives its own part of each step): the searched "
              "plan needs one driver and simulates %.3g ms with %.3g ms per step to drive %d other task(s), "
              "at least %.2fx faster needed", name, known[name] * 1e3, charged * 1e3, drive_s * 1e3, spans - 1, margin)
-    return baseline(name, analysis, topology, sim=sim)
-    if known[name] >= charged:
-        log.info("auto plan: needs one driver (%.3g ms per step to drive %d other task(s)); still faster than %s "
-                 "(%.3g against %.3g ms simulated)", drive_s * 1e3, spans - 1, name, charged * 1e3, known[name] * 1e3)
-        return strategy
-    log.info("auto plan: %s instead (%.3g ms simulated; every task drives its own part of each step), the searched "
-             "plan needs one driver: %.3g ms simulated + %.3g ms per step to drive %d other task(s)",
-             name, known[name] * 1e3, seconds * 1e3, drive_s * 1e3, spans - 1)
     return baseline(name, analysis, topology, sim=sim)
 
 
@@ -503,7 +483,20 @@ def plan(analysis: Analysis, topology: Topology, request: str, budget_s: float |
     """Plan a strategy for a PLANNED request (the hook the real search plugs into via choose_auto)."""
     if request == "auto":
         return choose_auto(analysis, topology, budget_s, calibration, costs, sfb, drive_s=drive_s)
+    client = client_for(analysis, topology, drive_s)
+    if request == "best-subset" and client is not None:    # which hosts to keep depends on feeding them
+        return baseline(request, analysis, topology, budget_s, calibration, costs,
+                        sim=simulator(analysis, topology, calibration, costs).with_client(client))
     return baseline(request, analysis, topology, budget_s, calibration, costs)
+
+
+def client_for(analysis: Analysis, topology: Topology, drive_s: float) -> Client | None:
+    """The client a task-driven cluster's plans are judged with (`drive_s` > 0: every task can drive
+    its own part of a whole-replica plan; sim/client.py), None elsewhere (the simulator alone, as
+    in the paper's in-graph runs)."""
+    if drive_s <= 0 or topology.num_machines < 2:
+        return None
+    return Client(fed_bytes(analysis), drive_s, between_graph=True)
 
 
 def _calibration_key(calibration: Any, topology: Topology) -> str:
@@ -547,7 +540,8 @@ class PlanCache:
             physics += f"+costs:{costs.digest}"
         if request == "auto" and not sfb:
             physics += "+nosfb"
-        if request == "auto" and drive_s > 0:        # runs each task drives: other plans pay to be driven
+        if (request == "auto" or request.startswith("best-subset")) and drive_s > 0:
+            # runs each task drives: other plans pay to be driven and fed (sim/client.py)
             physics += f"+drive:{drive_s * 1e6:.0f}us"
         return self.path(analysis.graph.fingerprint, topology.fingerprint, request + physics,
                          len(analysis.grouping.groups), grouping=grouping_digest(analysis))

@@ -86,15 +86,22 @@ def machine_subsets(topology: Topology) -> list[tuple[int, ...]]:
             for k in range(1, len(order) + 1)]
 
 
-def best_subset(cost: Callable[[Strategy], float], num_groups: int, topology: Topology) -> tuple[Strategy, float]:
+def best_subset(cost: Callable[[Strategy], float], num_groups: int, topology: Topology, *, singles: bool = False
+                ) -> tuple[Strategy, float]:
     """The baseline a user tries first on a mixed cluster (Sailor's observation: leave the slow
     machines out): Horovod-fused data parallelism with batch shares proportional to capacity, on
     the k fastest machines, for the k whose plan `cost` (a simulator) rates fastest. Returns the
-    plan and its cost (inf when no subset fits)."""
+    plan and its cost (inf when no subset fits). `singles`: every machine alone is a candidate too
+    (where `cost` charges a client for feeding and driving other machines, sim/client.py, the
+    fastest machine alone may be the worst one to keep: on the other side of a slow link)."""
     caps = np.asarray(device_capacities(topology), dtype=float)
     shares = tuple(float(c) for c in caps / caps.sum())
     best: tuple[Strategy | None, float] = (None, float("inf"))
-    for devices in machine_subsets(topology):
+    candidates = machine_subsets(topology)
+    if singles:
+        candidates += [alone for m in range(topology.num_machines)
+                       if (alone := tuple(d.id for d in topology.devices if d.machine == m)) not in candidates]
+    for devices in candidates:
         plan = Strategy.uniform(num_groups, devices, Option.ALLREDUCE, shares=shares, name=BEST_SUBSET,
                                 fusion_bytes=HOROVOD_FUSION_BYTES)
         t = cost(plan)

@@ -60,7 +60,7 @@ def local_search(sim: Simulator, topology: Topology, *, budget_s: float = 30.0, 
     else:
         times["heterog"] = float("inf")
         starts = dict(fixed)
-    starts[BEST_SUBSET], times[BEST_SUBSET] = best_subset(cost, n_groups, topology)
+    starts[BEST_SUBSET], times[BEST_SUBSET] = best_subset(cost, n_groups, topology, singles=sim.client is not None)
     best_name = min(times, key=times.__getitem__)
     current, best = starts[best_name], times[best_name]
     if current.sync_after_backward:

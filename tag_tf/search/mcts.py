@@ -173,7 +173,7 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
         fixed["heterog"] = found
     else:
         times["heterog"] = math.inf
-    fixed[BEST_SUBSET], times[BEST_SUBSET] = best_subset(cost, n_groups, topology)
+    fixed[BEST_SUBSET], times[BEST_SUBSET] = best_subset(cost, n_groups, topology, singles=sim.client is not None)
     best_name = min(times, key=times.__getitem__)
     reference = times[best_name]
     dp_time = times["dp"]

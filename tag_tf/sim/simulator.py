@@ -21,6 +21,7 @@ from tag_tf.analysis.simplify import training_ops
 from tag_tf.analysis.states import Flag
 from tag_tf.placement.layout import ColocationSets, mp_partition, validated_duplicates
 from tag_tf.errors import StrategyError
+from tag_tf.sim.client import Client
 from tag_tf.sim.calibration import member_counts, resolve as resolve_calibration
 from tag_tf.sim.prepare import SOURCE, Prepared, device_types, prepare
 from tag_tf.strategy import Option, Strategy
@@ -55,6 +56,7 @@ class SimReport:
     num_tasks: int
     sim_ms: float
     tasks: Mapping[str, np.ndarray] | None = dataclasses.field(default=None, repr=False)
+    client_s: float = 0.0                     # of iteration_time_s: the client's feed and drive (sim.client)
 
     @property
     def oom(self) -> bool:
@@ -65,7 +67,8 @@ class SimReport:
                 "oom": self.oom, "oom_devices": list(self.oom_devices), "sim_ms": round(self.sim_ms, 3),
                 "device_idle": [round(x, 4) for x in self.device_idle],
                 "link_idle": {k: round(v, 4) for k, v in self.link_idle.items()},
-                "conversions": dict(self.conversions), "num_tasks": self.num_tasks}
+                "conversions": dict(self.conversions), "num_tasks": self.num_tasks,
+                **({"client_s": self.client_s} if self.client_s else {})}
 
 
 class OpEdges(NamedTuple):
@@ -115,6 +118,16 @@ class Simulator:
         D = topology.num_devices
         self._num_devices = D
         self._link_names = self.prepared.link_names
+        self.client: Client | None = None
+
+    def with_client(self, client: Client | None) -> "Simulator":
+        """The same simulator, its reports charging `client`'s feed and drive (sim.client) to each
+        plan; None: the devices' iteration alone."""
+        other = object.__new__(Simulator)
+        other.__dict__.update(self.__dict__)
+        other.client = client
+        other._regrouped = {}
+        return other
 
     def with_calibration(self, calibration: Any) -> "Simulator":
         """The same graph and cluster under another calibration (op costs and expansion inputs are
@@ -141,6 +154,7 @@ class Simulator:
             other = Simulator(self.analysis.for_strategy(strategy), self.topology, costs=self.costs,
                               comm=self._comm, calibration=self.calibration,
                               cpu_executor=self.cpu_executor)
+            other.client = self.client
             self._regrouped[key] = other
         return self._regrouped[key]
 
@@ -320,7 +334,12 @@ class Simulator:
         except ValueError as e:
             raise StrategyError(str(e)) from None
         sim_ms = (time.perf_counter() - start) * 1e3
-        return self._report(out, sim_ms, detail)
+        report = self._report(out, sim_ms, detail)
+        if self.client is not None and not report.oom:
+            charge = self.client.charge(strategy, self.topology)
+            if charge:
+                report = dataclasses.replace(report, iteration_time_s=report.iteration_time_s + charge, client_s=charge)
+        return report
 
     def _report(self, out: Mapping[str, Any], sim_ms: float, detail: bool) -> SimReport:
         D = self._num_devices

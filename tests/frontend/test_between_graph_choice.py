@@ -84,14 +84,14 @@ def test_no_driving_cost_where_no_plan_of_the_graph_can_run_between_graph():
     the chief: then driving costs every plan alike and must not steer the choice."""
     from types import SimpleNamespace
 
-    from tag_tf.frontend.distribute import _drive_cost
+    from tag_tf.frontend.distribute import drive_cost
 
     _, analysis = analysis_of("mlp", num_groups=4)
     target = SimpleNamespace(drive_s=2e-4)
-    assert _drive_cost(target, analysis) == 2e-4
+    assert drive_cost(target, analysis) == 2e-4
     with_iterator = SimpleNamespace(graph=[*analysis.graph, SimpleNamespace(type="IteratorGetNext")])
-    assert _drive_cost(target, with_iterator) == 0.0
-    assert _drive_cost(SimpleNamespace(drive_s=0.0), analysis) == 0.0
+    assert drive_cost(target, with_iterator) == 0.0
+    assert drive_cost(SimpleNamespace(drive_s=0.0), analysis) == 0.0
 
 
 def test_on_unequal_cpu_tasks_auto_searches_and_keeps_a_small_model_on_the_chiefs_host(caplog):
@@ -118,11 +118,12 @@ def test_on_unequal_cpu_tasks_auto_searches_and_keeps_a_small_model_on_the_chief
 
 def test_one_device_on_another_host_pays_the_batch_move_and_the_round_trip():
     """The client feeds every batch on the chief's host: a device elsewhere wins only where it is
-    faster by more than moving the batch there and driving it (the simulator has no client)."""
-    from tag_tf.frontend.planning import _fed_bytes, one_device_plan, simulator
+    faster by more than moving the batch there and driving it (a simulator without a client)."""
+    from tag_tf.frontend.planning import one_device_plan, simulator
+    from tag_tf.sim.client import fed_bytes
 
     _, a = analysis_of("mlp")
-    fed = _fed_bytes(a)
+    fed = fed_bytes(a)
     assert fed >= a.batch_size * 4          # at least one float32 per sample
 
     def topo(chief_speed, switch):
@@ -141,7 +142,7 @@ def test_one_device_on_another_host_pays_the_batch_move_and_the_round_trip():
     alone, seconds = one_device_plan(sim, a, fast_link, drive_s=3e-4)
     assert {d for g in alone.groups for d in g.devices} == {1}
     t1 = sim.simulate(Strategy.uniform(len(a.grouping.groups), (1,), Option.ALLREDUCE)).iteration_time_s
-    assert seconds == pytest.approx(t1 + fed / fast_link.bandwidth(0, 1) + 2 * fast_link.latency(0, 1) + 3e-4)
+    assert seconds == pytest.approx(t1 + fed / fast_link.bandwidth(0, 1) + fast_link.latency(0, 1) + 3e-4)
 
 
 def test_a_plan_on_the_chiefs_machine_alone_runs_in_the_chiefs_own_session():

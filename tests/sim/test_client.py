@@ -1,0 +1,70 @@
+"""The client's feed and drive (sim/client.py): what a plan that one client drives pays each step on
+a cluster of tasks, charged by the simulator where it has a client, and what it changes: the
+best-subset baseline no longer keeps a host behind a slow link that the simulator alone rated
+fastest (measured: 25.9 ms a step there against 1.7 ms on the chief's host, benchmarks/RESULTS.md)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import analysis_of
+from tag_tf.frontend.planning import plan, simulator
+from tag_tf.sim.client import Client, fed_bytes
+from tag_tf.strategy import Option, Strategy
+from tag_tf.topology import load_topology
+
+
+def _three(far_speed: float = 1.0):
+    """t0 (the chief's), t1 on a fast link, `far` behind 50 Mbit/s."""
+    return load_topology({"name": "three", "machines": [
+        {"name": "t0", "gpus": "1x cpu", "intra": "local", "speed": 0.95},
+        {"name": "t1", "gpus": "1x cpu", "intra": "local", "speed": 0.95},
+        {"name": "far", "gpus": "1x cpu", "intra": "local", "speed": far_speed, "nic": "50Mbps"}],
+        "inter": {"switch": "1Gbps", "latency": "100us"}})
+
+
+def test_the_charge_of_each_kind_of_plan():
+    topo = _three()
+    client = Client(fed_bytes=6.0e6, drive_s=2e-3)
+    n = 4
+    whole = Strategy.uniform(n, (0, 1), Option.ALLREDUCE)
+    assert whole.whole_replicas and client.charge(whole, topo) == 0.0             # every task drives itself
+    assert client.charge(Strategy.uniform(n, (0,), Option.ALLREDUCE), topo) == 0.0   # the client's own host
+    far = Strategy.uniform(n, (2,), Option.ALLREDUCE)
+    assert client.charge(far, topo) == pytest.approx(6.0e6 / topo.bandwidth(0, 2) + topo.latency(0, 2) + 2e-3)
+    assert client.charge(far, topo) > 0.9              # 6 MB over 50 Mbit/s: about a second
+    # One client drives a plan that is not whole replicas: each other host's part of the batch, the
+    # slowest link setting the time, and a round trip to each other host.
+    shares = (0.5, 0.3, 0.2)
+    mixed = Strategy.uniform(n, (0, 1, 2), Option.PS, shares=shares)
+    assert not mixed.whole_replicas
+    expected = max(6.0e6 * 0.3 / topo.bandwidth(0, 1) + topo.latency(0, 1),
+                   6.0e6 * 0.2 / topo.bandwidth(0, 2) + topo.latency(0, 2)) + 2 * 2e-3
+    assert client.charge(mixed, topo) == pytest.approx(expected)
+    # Where no task drives itself (an input only the chief's session holds), whole replicas pay too.
+    assert Client(6.0e6, 2e-3, between_graph=False).charge(whole, topo) == pytest.approx(
+        6.0e6 * 0.5 / topo.bandwidth(0, 1) + topo.latency(0, 1) + 2e-3)
+
+
+def test_a_simulator_with_a_client_adds_exactly_the_charge():
+    _, a = analysis_of("mlp", num_groups=4)
+    topo = _three()
+    sim = simulator(a, topo)
+    client = Client(fed_bytes(a), 1e-3)
+    far = Strategy.uniform(len(a.grouping.groups), (2,), Option.ALLREDUCE)
+    alone = sim.simulate(far)
+    charged = sim.with_client(client).simulate(far)
+    assert alone.client_s == 0.0 and sim.client is None           # the original simulator is unchanged
+    assert charged.client_s == pytest.approx(client.charge(far, topo)) and charged.client_s > 0
+    assert charged.iteration_time_s == pytest.approx(alone.iteration_time_s + charged.client_s)
+    assert charged.to_dict()["client_s"] == charged.client_s and "client_s" not in alone.to_dict()
+
+
+def test_best_subset_keeps_the_chiefs_host_over_a_faster_one_behind_a_slow_link():
+    """The far host simulates 5% faster alone: best-subset without a client keeps it alone (what ran
+    15x slower for real); judged with the client's feed and drive it does not."""
+    _, a = analysis_of("mlp", num_groups=4)
+    topo = _three(far_speed=1.0)
+    blind = plan(a, topo, "best-subset", None)
+    assert sorted(blind.machines(topo)) == [2]
+    chosen = plan(a, topo, "best-subset", None, drive_s=3e-4)
+    assert sorted(chosen.machines(topo)) != [2]
