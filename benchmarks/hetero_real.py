@@ -238,10 +238,11 @@ def measure_cluster(name: str, args: argparse.Namespace) -> dict:
             env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
             env.update(TAG_TF_CACHE_DIR=cache, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
             rows: dict = {"profile": run_row(emu, "profile", model, args, env)}
-            runs: dict[str, list[dict]] = {row: [] for row in ROWS}
+            measured_rows = measured(args)
+            runs: dict[str, list[dict]] = {row: [] for row in measured_rows}
             for rnd in range(args.rounds):
-                k = rnd % len(ROWS)
-                for row in ROWS[k:] + ROWS[:k]:
+                k = rnd % len(measured_rows)
+                for row in measured_rows[k:] + measured_rows[:k]:
                     r = run_row(emu, row, model, args, env)
                     runs[row].append(r)
                     shown = (f"{r['median_ms']:8.1f} ms  first step {r['first_step_s']:.1f} s  loss {r['first_loss']:.5f}"
@@ -250,13 +251,34 @@ def measure_cluster(name: str, args: argparse.Namespace) -> dict:
                         shown += f"  predicted {r['predicted_ms']:.1f} ms, plan {r['plan']['hosts']} {r['plan']['shares']}"
                     label = f"{row} [{rnd + 1}/{args.rounds}]" if args.rounds > 1 else row
                     print(f"{name:8s} {model:12s} {label:20s} {shown}", flush=True)
-            for row in ROWS:
+            for row in measured_rows:
                 rows[row] = combine_rounds(runs[row])
             if args.rounds > 1:
                 rows["rounds"] = args.rounds
             if model_batch(model, args) != args.batch:
                 rows["batch"] = model_batch(model, args)
             out["models"][model] = rows
+    return out
+
+
+def measured(args: argparse.Namespace) -> tuple[str, ...]:
+    """The rows this run measures (`--rows`, in the table's order; default every row)."""
+    if not getattr(args, "rows", None):
+        return ROWS
+    asked = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in asked if r not in ROWS]
+    if unknown:
+        sys.exit(f"--rows: unknown row(s) {', '.join(unknown)} (known: {', '.join(ROWS)})")
+    return tuple(r for r in ROWS if r in asked)
+
+
+def carry_rows(fresh: dict, old: dict, when: dict) -> dict:
+    """A model's rows measured now (`fresh`), with each row of `old` (the model as measured `when`:
+    commit and date) this run did not measure, marked with `measured_with`."""
+    out = dict(fresh)
+    for row, r in old.items():
+        if row in ROWS and row not in fresh:
+            out[row] = dict(r, measured_with=r.get("measured_with") or old.get("measured_with") or when)
     return out
 
 
@@ -360,8 +382,9 @@ def render(data: dict) -> str:
             cells = []
             for row in ROWS:
                 r = rows.get(row, {})
-                cells.append(f"{r['median_ms']:.1f}" if "median_ms" in r else
-                             "absent" if "absent" in r else "error" if r else "not run")
+                cells.append((f"{r['median_ms']:.1f}" if "median_ms" in r else
+                              "absent" if "absent" in r else "error" if r else "not run")
+                             + (f" (code {r['measured_with']['commit']})" if r.get("measured_with") else ""))
             auto = rows.get("tag-auto", {})
             plan = auto.get("plan") or {}
             if rows.get("batch"):
@@ -433,6 +456,8 @@ def main() -> None:
     ap.add_argument("--merge", action="store_true",
                     help="keep the clusters (and a re-measured cluster's models) of the existing JSON that this run "
                          "does not measure; each says the code and date it was measured with")
+    ap.add_argument("--rows", help="measure only these rows (comma-separated, of " + ",".join(ROWS) + "); with --merge "
+                    "the model's other rows stay as measured before, each saying the code and date it was measured with")
     ap.add_argument("--out", help="the JSON (default benchmarks/results/hetero_real[_quick].json)")
     ap.add_argument("--markdown", default=os.path.join(ROOT, "benchmarks", "RESULTS.md"))
     ap.add_argument("--run", help=argparse.SUPPRESS)
@@ -467,9 +492,12 @@ def main() -> None:
         fresh = dict(measure_cluster(cname, args), commit=commit, date=data["date"])
         old = data["clusters"].get(cname)
         if old is not None:        # --merge: this cluster's models not measured now stay, saying when they were
+            when = {"commit": old["commit"], "date": old["date"]}
             for model, rows in old["models"].items():
                 if model not in fresh["models"]:
-                    fresh["models"][model] = dict(rows, measured_with={"commit": old["commit"], "date": old["date"]})
+                    fresh["models"][model] = dict(rows, measured_with=rows.get("measured_with") or when)
+                elif args.rows:    # and so do the rows of a re-measured model this run did not measure
+                    fresh["models"][model] = carry_rows(fresh["models"][model], rows, when)
         data["clusters"][cname] = fresh
     data["verdicts"] = verdicts(data)
     print(json.dumps(data["verdicts"], indent=1))

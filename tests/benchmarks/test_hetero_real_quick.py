@@ -103,3 +103,29 @@ def test_a_searched_plan_on_several_hosts_is_named_with_its_speedup_and_a_varian
     assert "link/cnn-wide on a+b+far, auto / best of the baselines and plain 0.82x (plain)" in text
     args = argparse.Namespace(batch=48)
     assert model_batch("cnn-wide", args) == 96 and model_batch("cnn", args) == 48
+
+
+def test_rows_measured_now_replace_only_themselves_and_the_rest_say_when_they_were_measured():
+    """`--rows tag-auto,tag-best-subset --merge`: the model's other rows stay, each cell naming the
+    code it was measured with; an unknown row is refused by name."""
+    import argparse
+
+    from benchmarks.hetero_real import carry_rows, measured, render, verdicts
+
+    assert measured(argparse.Namespace(rows=None))[0] == "plain"
+    assert measured(argparse.Namespace(rows="tag-best-subset, plain,tag-auto")) == ("plain", "tag-auto", "tag-best-subset")
+    with pytest.raises(SystemExit, match="unknown row.*tag-fast"):
+        measured(argparse.Namespace(rows="tag-auto,tag-fast"))
+    old = {"plain": {"median_ms": 2.0, "last_loss": 2.3}, "tag-dp": {"median_ms": 500.0, "last_loss": 2.3},
+           "tag-auto": {"median_ms": 2.2, "last_loss": 2.3}, "profile": {"profiled_s": 1.0}}
+    fresh = {"tag-auto": {"median_ms": 1.9, "last_loss": 2.3}, "profile": {"profiled_s": 2.0}}
+    rows = carry_rows(fresh, old, {"commit": "old1234", "date": "2026-11-26"})
+    assert rows["tag-auto"]["median_ms"] == 1.9 and "measured_with" not in rows["tag-auto"]
+    assert rows["tag-dp"]["measured_with"]["commit"] == "old1234" and rows["profile"]["profiled_s"] == 2.0
+    data = {"date": "2026-11-27", "machine": "x86_64", "cores": 2, "commit": "new5678", "batch": 48, "steps": 15,
+            "warmup": 5, "clusters": {"link": {"measured": {"hosts": [{"name": "a", "cpu_speed": 0.5}],
+                                                            "links": [{"bandwidth_bps": 48e6}]},
+                                               "models": {"mlp": rows}}}}
+    data["verdicts"] = verdicts(data)
+    text = render(data)
+    assert "| 2.0 (code old1234) |" in text and "| 1.9 |" in text and "| 500.0 (code old1234) |" in text
