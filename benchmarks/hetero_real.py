@@ -238,7 +238,7 @@ def measure_cluster(name: str, args: argparse.Namespace) -> dict:
             env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
             env.update(TAG_TF_CACHE_DIR=cache, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
             rows: dict = {"profile": run_row(emu, "profile", model, args, env)}
-            measured_rows = measured(args)
+            measured_rows = rows_to_measure(args)
             runs: dict[str, list[dict]] = {row: [] for row in measured_rows}
             for rnd in range(args.rounds):
                 k = rnd % len(measured_rows)
@@ -261,7 +261,7 @@ def measure_cluster(name: str, args: argparse.Namespace) -> dict:
     return out
 
 
-def measured(args: argparse.Namespace) -> tuple[str, ...]:
+def rows_to_measure(args: argparse.Namespace) -> tuple[str, ...]:
     """The rows this run measures (`--rows`, in the table's order; default every row)."""
     if not getattr(args, "rows", None):
         return ROWS

@@ -110,12 +110,12 @@ def test_rows_measured_now_replace_only_themselves_and_the_rest_say_when_they_we
     code it was measured with; an unknown row is refused by name."""
     import argparse
 
-    from benchmarks.hetero_real import carry_rows, measured, render, verdicts
+    from benchmarks.hetero_real import carry_rows, render, rows_to_measure, verdicts
 
-    assert measured(argparse.Namespace(rows=None))[0] == "plain"
-    assert measured(argparse.Namespace(rows="tag-best-subset, plain,tag-auto")) == ("plain", "tag-auto", "tag-best-subset")
+    assert rows_to_measure(argparse.Namespace(rows=None))[0] == "plain"
+    assert rows_to_measure(argparse.Namespace(rows="tag-best-subset, plain,tag-auto")) == ("plain", "tag-auto", "tag-best-subset")
     with pytest.raises(SystemExit, match="unknown row.*tag-fast"):
-        measured(argparse.Namespace(rows="tag-auto,tag-fast"))
+        rows_to_measure(argparse.Namespace(rows="tag-auto,tag-fast"))
     old = {"plain": {"median_ms": 2.0, "last_loss": 2.3}, "tag-dp": {"median_ms": 500.0, "last_loss": 2.3},
            "tag-auto": {"median_ms": 2.2, "last_loss": 2.3}, "profile": {"profiled_s": 1.0}}
     fresh = {"tag-auto": {"median_ms": 1.9, "last_loss": 2.3}, "profile": {"profiled_s": 2.0}}
