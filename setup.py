@@ -2,11 +2,9 @@
 import glob
 import os
 
-from setuptools import find_packages, setup
-
 # pybind11 comes from pyproject's build requirements (and the dev extra, for in-place rebuilds).
 from pybind11.setup_helpers import Pybind11Extension, build_ext
-
+from setuptools import find_packages, setup
 
 # Exact pins: measured to install together on Python 3.11 (`pip check` clean).
 CORE = [

@@ -23,16 +23,17 @@ import platform
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tag_tf.frontend.commands.calibrate import CaseBuilder, calibrate    # noqa: E402
-from tag_tf.search.baselines import baseline                           # noqa: E402
-from tag_tf.search.local_search import local_search                    # noqa: E402
-from tag_tf.sim.calibration import Calibration                         # noqa: E402
-from tag_tf.sim.simulator import Simulator                             # noqa: E402
-from tag_tf.topology.load import load_topology                        # noqa: E402
-from benchmarks.report import measured_when, stamp                     # noqa: E402
+from benchmarks.report import measured_when, stamp  # noqa: E402
+from tag_tf.frontend.commands.calibrate import CaseBuilder, calibrate  # noqa: E402
+from tag_tf.search.baselines import baseline  # noqa: E402
+from tag_tf.search.local_search import local_search  # noqa: E402
+from tag_tf.sim.calibration import Calibration  # noqa: E402
+from tag_tf.sim.simulator import Simulator  # noqa: E402
+from tag_tf.topology.load import load_topology  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "paper_measurements.json")
@@ -127,7 +128,7 @@ def main() -> None:
     out = calibrate(DATA, "testbed", progress=lambda i, cost: print(f"  fit iteration {i}: cost {cost:.4f}",
                                                                     flush=True))
     calibration, report = out["calibration"], out["report"]
-    paper = {r["id"]: r["seconds"] for r in json.load(open(DATA))["measurements"]}
+    paper = {r["id"]: r["seconds"] for r in json.loads(Path(DATA).read_text())["measurements"]}
     simulated = {k: v["simulated_s"] for part in ("fitted", "held_out") for k, v in report[part].items()}
     result = {
         "simulated": True, "machine": platform.processor() or platform.machine(),

@@ -17,15 +17,15 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tag_tf.analysis import analyze                      # noqa: E402
+from benchmarks.report import measured_when, stamp  # noqa: E402
+from tag_tf.analysis import analyze  # noqa: E402
 from tag_tf.compiler import DeviceMap, compile_strategy  # noqa: E402
-from tag_tf.context import PassContext                   # noqa: E402
-from tag_tf.frontend.loading import model_ir             # noqa: E402
-from tag_tf.models import build_model                    # noqa: E402
+from tag_tf.context import PassContext  # noqa: E402
+from tag_tf.frontend.loading import model_ir  # noqa: E402
+from tag_tf.models import build_model  # noqa: E402
 from tag_tf.profile.weights import reference_weights  # noqa: E402
 from tag_tf.search.baselines import data_parallel, random_strategy  # noqa: E402
-from tag_tf.topology.load import load_topology          # noqa: E402
-from benchmarks.report import measured_when, stamp       # noqa: E402
+from tag_tf.topology.load import load_topology  # noqa: E402
 
 MODELS = sys.argv[1:] or ["resnet101", "bert-large"]
 
@@ -54,7 +54,7 @@ def main() -> None:
         t0 = time.perf_counter()
         model = build_model(name)
         graph = model_ir(model)
-        analysis = analyze(PassContext(), graph, rebuild=lambda b: model_ir(build_model(name, batch_size=b)),
+        analysis = analyze(PassContext(), graph, rebuild=lambda b, name=name: model_ir(build_model(name, batch_size=b)),
                            weight_fn=reference_weights)
         analyze_s = time.perf_counter() - t0
         row = {"ops": len(graph), "groups": len(analysis.grouping.groups), "batch": analysis.batch_size,

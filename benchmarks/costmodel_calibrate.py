@@ -33,12 +33,17 @@ warnings.filterwarnings("ignore", message=".*layer.apply.*")
 import numpy as np  # noqa: E402
 
 from tag_tf.ir import from_graph_def  # noqa: E402
+from tag_tf.measure.ops import TrainStep, check_same_ops, profile_steps  # noqa: E402
 from tag_tf.models import build_model  # noqa: E402
-from tag_tf.profile.costmodel import (DEFAULT_GPU_CONSTANTS, CostModel, calibrate,  # noqa: E402
-                                      calibration_samples, fit_stats)
+from tag_tf.profile.costmodel import (  # noqa: E402
+    DEFAULT_GPU_CONSTANTS,
+    CostModel,
+    calibrate,
+    calibration_samples,
+    fit_stats,
+)
 from tag_tf.profile.costs import op_costs  # noqa: E402
 from tag_tf.profile.flops import OpWork, graph_work_detail  # noqa: E402
-from tag_tf.measure.ops import TrainStep, check_same_ops, profile_steps  # noqa: E402
 from tag_tf.profile.op_profile import fit_linear, repeat_noise  # noqa: E402
 from tag_tf.topology.gpus import GPU_TYPES, gpu_type  # noqa: E402
 
@@ -95,7 +100,7 @@ def grappler_times(meta_graph_def, train_op: str, device_props) -> tuple[dict[st
     fetch.value.append(train_op)
     t0 = time.perf_counter()
     item = gitem.Item(mg, ignore_colocation=True)
-    name = "/job:localhost/replica:0/task:0/device:%s:0" % device_props.type
+    name = f"/job:localhost/replica:0/task:0/device:{device_props.type}:0"
     cluster = gcluster.Cluster(devices=[device_properties_pb2.NamedDevice(name=name, properties=device_props)],
                                disable_detailed_stats=False, disable_timeline=False)
     _, _, step_stats = cluster.MeasureCosts(item)

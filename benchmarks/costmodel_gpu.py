@@ -240,7 +240,7 @@ def _bounds(name: str, cap: float = 1.0) -> tuple[float, float]:
     return lo, hi
 
 
-def matmul_cap(cases: "Cases", key: str) -> float:
+def matmul_cap(cases: Cases, key: str) -> float:
     """The largest matmul efficiency the card showed in `key`'s math mode: its measured 8192^3 matmul
     rate over the datasheet rate (no GEMM family may beat what the card's best GEMM did)."""
     from tag_tf.topology.gpus import gpu_type
@@ -252,7 +252,8 @@ def matmul_cap(cases: "Cases", key: str) -> float:
 def fit_mode(cases: Cases, key: str, start, use: np.ndarray, quick: bool = False):
     """One mode's parameters fitted on the ops `use` (bool mask), from `start`; `quick` (the
     leave-one-out re-fits, which start from the full fit): shorter searches."""
-    from tag_tf.profile.kernels import KERNEL_FAMILIES, MODES as KMODES, KernelTable
+    from tag_tf.profile.kernels import KERNEL_FAMILIES, KernelTable
+    from tag_tf.profile.kernels import MODES as KMODES
 
     mode = MODES[key]
     meas_fwd, meas_all = cases.measured(key, "fwd"), cases.measured(key, "fwd_bwd")
@@ -425,13 +426,13 @@ def whole_steps(cases: Cases, table, models=PAPER_MODELS, progress=print) -> dic
     roofline; and an estimate of what the H100 would measure: the TF32 prediction with every kernel
     whose shape was measured replaced by its measured time."""
     from tag_tf.analysis import analyze
+    from tag_tf.analysis.simplify import training_ops
     from tag_tf.context import Options, PassContext
     from tag_tf.models import build_model
     from tag_tf.profile.costmodel import CostModel
     from tag_tf.profile.flops import graph_work_detail
     from tag_tf.profile.weights import reference_weights
     from tag_tf.search.baselines import baseline
-    from tag_tf.analysis.simplify import training_ops
     from tag_tf.sim.simulator import Simulator
     from tag_tf.topology.load import load_topology
 

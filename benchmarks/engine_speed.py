@@ -19,7 +19,6 @@ import statistics
 import time
 
 import numpy as np
-
 from machine import cpu_name  # noqa: E402  (benchmarks/machine.py)
 
 from tag_tf import _simcore

@@ -28,7 +28,7 @@ import os
 import platform
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
 def replace_section(path: str, begin: str, end: str, body: str) -> None:
     """Put `body` between the `begin` and `end` markers of `path` (the rest untouched; written to a
     temporary file, then moved into place). A file without both markers is an error."""
-    text = open(path).read()
+    text = Path(path).read_text()
     if begin not in text or end not in text:
         raise SystemExit(f"{path}: no {begin} ... {end} section to regenerate")
     head, rest = text.split(begin, 1)

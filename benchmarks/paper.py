@@ -44,13 +44,18 @@ import math
 import os
 import platform
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tag_tf.search.baselines import Names, baseline_names
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "paper_measurements.json")
 MODELS = ("vgg19", "resnet101", "inceptionv3", "transformer", "bert-small", "bert-large")
 QUICK_MODELS = ("mlp", "cnn", "transformer")
-SYSTEMS = ("dp", "dp-p", "horovod", "horovod-p", "heterog", "best-subset", "auto")
+# Every registered baseline (tag_tf.search.baselines.REGISTRY), then auto: the tables' columns.
+SYSTEMS = Names(lambda: (*baseline_names(), "auto"))
 BEGIN, END = "<!-- paper-evaluation:begin -->", "<!-- paper-evaluation:end -->"
 # Paper, speed-up of TAG over DP-NCCL on the cloud (its table; VGG19/InceptionV3 rows swapped back
 # to match the testbed figure, see benchmarks/calibration.py).
@@ -216,13 +221,12 @@ TWO_1080TI = {"name": "2x1080Ti", "machines": [{"name": "a", "gpus": "1x GTX1080
 
 def run_sfb(quick: bool, budget: float, progress: Callable[[str], None]) -> dict[str, Any]:
     import argparse
+    import dataclasses
 
     from tag_tf.context import Options, PassContext
     from tag_tf.frontend.loading import analysis_for, load
     from tag_tf.search.baselines import baseline
     from tag_tf.search.mcts import MctsOptions, mcts_search
-    import dataclasses
-
     from tag_tf.search.sfb import apply_sfb, best_with_sfb, duplicated_op_types
     from tag_tf.sim.calibration import shipped_path
     from tag_tf.sim.simulator import Simulator
@@ -314,7 +318,7 @@ def run_generalisation(quick: bool, progress: Callable[[str], None]) -> dict[str
 
     from benchmarks.gnn_generalisation import evaluate, held_out_model
     from tag_tf.search.gnn import shipped_weights
-    from tag_tf.search.gnn_training import PAPER_MODELS, SMALL_MODELS, TrainOptions, Trainer
+    from tag_tf.search.gnn_training import PAPER_MODELS, SMALL_MODELS, Trainer, TrainOptions
 
     weights = shipped_weights()
     if weights is None:
@@ -347,7 +351,6 @@ def run_real(quick: bool, results_dir: str, progress: Callable[[str], None]) -> 
     runtime must be set before TensorFlow is imported, and this process has imported it."""
     import subprocess
     import sys
-
     import tempfile
 
     out = os.path.join(tempfile.mkdtemp(prefix="tag_tf_real_"), "real.json")     # run() writes paper_real.json
@@ -406,7 +409,7 @@ def run(names: list[str], *, quick: bool, budget: float | None, results_dir: str
 def write_markdown(results_dir: str, markdown: str) -> None:
     """Regenerate the paper-evaluation section of `markdown` from the JSON in `results_dir`."""
     section = render(results_dir, os.path.dirname(os.path.abspath(markdown)))
-    text = open(markdown).read() if os.path.exists(markdown) else ""
+    text = Path(markdown).read_text() if os.path.exists(markdown) else ""
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         tail = rest.split(END, 1)[1]
@@ -565,8 +568,11 @@ def _render_sfb(data: dict[str, Any]) -> list[str]:
     order = lambda m: MODELS.index(m) if m in MODELS else len(MODELS)  # noqa: E731
     for model, row in sorted(data["rows"].items(), key=lambda kv: order(kv[0])):
         t, p = row["simulated_s"], row.get("paper_s") or {}
-        cell = lambda k: f"{t[k] * 1e3:.1f}" + (f" ({p[k] * 1e3:.1f})" if k in p else "")  # noqa: E731
-        gain = lambda a, b: (f"{t[a] / t[b] - 1:+.1%}" + (f" ({p[a] / p[b] - 1:+.1%})" if a in p else ""))  # noqa: E731
+        def cell(k: str, t: dict = t, p: dict = p) -> str:
+            return f"{t[k] * 1e3:.1f}" + (f" ({p[k] * 1e3:.1f})" if k in p else "")
+
+        def gain(a: str, b: str, t: dict = t, p: dict = p) -> str:
+            return f"{t[a] / t[b] - 1:+.1%}" + (f" ({p[a] / p[b] - 1:+.1%})" if a in p else "")
         solver = row["solver"]["dp"]
         lines.append(f"| {model} | {cell('dp')} | {cell('dp+sfb')} | {gain('dp', 'dp+sfb')} | {cell('auto')} | "
                      f"{cell('auto+sfb')} | {gain('auto', 'auto+sfb')} | {solver['solve_ms_per_gradient']['mean']:.1f} | "
@@ -667,7 +673,7 @@ def _accuracy_benchmark() -> str:
     path = os.path.join(HERE, "results", "simulator_accuracy.json")
     if not os.path.exists(path):
         return ""
-    summary = json.load(open(path)).get("summary", {})
+    summary = json.loads(Path(path).read_text()).get("summary", {})
     setups = summary.get("per_setup", {})
     if "all" not in summary or not {"1proc-4cpu", "2proc-2cpu"} <= set(setups):
         return ""

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -173,7 +174,7 @@ def _keras_run(strategy, forward: Callable, values: dict[str, np.ndarray], lr: f
             lo_start = loopback_bytes()
         start = time.perf_counter()
         local = strategy.experimental_distribute_values_from_function(
-            lambda ctx: shard(i, ctx.replica_id_in_sync_group))
+            lambda ctx, i=i: shard(i, ctx.replica_id_in_sync_group))
         per_replica = strategy.experimental_local_results(step(local))
         loss = float(np.mean([float(x) for x in per_replica]))     # values already here: no collective
         times.append(time.perf_counter() - start)

@@ -27,17 +27,17 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tag_tf.analysis import analyze                      # noqa: E402
-from tag_tf.context import PassContext                   # noqa: E402
-from tag_tf.errors import StrategyError                  # noqa: E402
-from tag_tf.frontend.loading import model_ir             # noqa: E402
-from tag_tf.models import MODEL_NAMES, build_model       # noqa: E402
+from benchmarks.report import measured_when, stamp  # noqa: E402
+from tag_tf.analysis import analyze  # noqa: E402
+from tag_tf.context import PassContext  # noqa: E402
+from tag_tf.errors import StrategyError  # noqa: E402
+from tag_tf.frontend.loading import model_ir  # noqa: E402
+from tag_tf.models import MODEL_NAMES, build_model  # noqa: E402
 from tag_tf.profile.weights import reference_weights  # noqa: E402
-from tag_tf.search.heterog import heterog                 # noqa: E402
-from tag_tf.search.local_search import local_search      # noqa: E402
-from tag_tf.sim.simulator import Simulator               # noqa: E402
-from tag_tf.topology.load import load_topology          # noqa: E402
-from benchmarks.report import measured_when, stamp       # noqa: E402
+from tag_tf.search.heterog import heterog  # noqa: E402
+from tag_tf.search.local_search import local_search  # noqa: E402
+from tag_tf.sim.simulator import Simulator  # noqa: E402
+from tag_tf.topology.load import load_topology  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -44,7 +44,8 @@ sys.path.insert(0, ROOT)
 
 from benchmarks.machine import cpu_name  # noqa: E402
 from benchmarks.peers import summarize as summarize_steps  # noqa: E402
-from benchmarks.simulator_accuracy import BATCH, MODELS as ACCURACY_MODELS  # noqa: E402
+from benchmarks.simulator_accuracy import BATCH  # noqa: E402
+from benchmarks.simulator_accuracy import MODELS as ACCURACY_MODELS
 from tag_tf.localmachine import model as lm  # noqa: E402
 
 lm.configure_runtime()     # before TensorFlow is imported; the servers started here inherit it

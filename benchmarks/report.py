@@ -13,7 +13,7 @@ import dataclasses
 import difflib
 import json
 import os
-from typing import Callable
+from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")

@@ -24,12 +24,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.markdown import replace_section                # noqa: E402
-from tag_tf.frontend.commands.calibrate import CaseBuilder      # noqa: E402
-from tag_tf.search.mcts import MctsOptions, mcts_search        # noqa: E402
-from tag_tf.search.priors import DEFAULT_PRIOR                  # noqa: E402
-from tag_tf.sim.simulator import Simulator                     # noqa: E402
-from tag_tf.topology.load import load_topology                # noqa: E402
+from benchmarks.markdown import replace_section  # noqa: E402
+from tag_tf.frontend.commands.calibrate import CaseBuilder  # noqa: E402
+from tag_tf.search.mcts import MctsOptions, mcts_search  # noqa: E402
+from tag_tf.search.priors import DEFAULT_PRIOR  # noqa: E402
+from tag_tf.sim.simulator import Simulator  # noqa: E402
+from tag_tf.topology.load import load_topology  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")

@@ -324,7 +324,7 @@ def main() -> int:
     with lm.local_servers(TWO_PROCESSES.processes, TWO_PROCESSES.devices_per_process) as spec:
         runs: list[RealRun] = []
         try:      # sessions on the cluster must close while its servers still run
-            for name, (model, analysis, profile, feed) in models.items():
+            for name, (_model, analysis, _profile, feed) in models.items():
                 for sname, setup, strategy in strategies_for(analysis, args.seed):
                     try:
                         runs.append(RealRun(name, sname, setup, analysis, strategy, feed,
@@ -344,7 +344,7 @@ def main() -> int:
 
     t0 = time.time()
     sims = {}
-    for name, (model, analysis, profile, feed) in models.items():
+    for name, (_model, analysis, profile, _feed) in models.items():
         for setup, machine in machines.items():
             local = lm.local_simulator(analysis, setup.num_devices, setup.processes, machine=machine, profile=profile)
             plain = Simulator(analysis, setup.topology(), profile=profile)

@@ -45,7 +45,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -163,7 +165,7 @@ def predict(model_name: str, args: argparse.Namespace) -> dict:
     db = ProfileDB(args.db)
     zoo = lm.ZooModel.of(model_name, **model_kwargs(model_name))
     out = {}
-    for key, row in json.load(open(args.plans)).items():
+    for key, row in json.loads(Path(args.plans).read_text()).items():
         started = time.perf_counter()
         processes = int(row["processes"])
         sim = lm.local_simulator(analysis, 2, processes, db=db, model=zoo, runtime=lm.TF_DEFAULTS,
@@ -259,7 +261,7 @@ def measure(config: str, model: str, args: argparse.Namespace) -> dict:
         files = sorted(glob.glob(os.path.join(out_dir, "rank*.json")))
         if proc.returncode != 0 or len(files) != 2:
             return {"error": f"horovodrun exited {proc.returncode}: {err.strip().splitlines()[-1] if err.strip() else ''}"}
-        rows = [json.load(open(f)) for f in files]
+        rows = [json.loads(Path(f).read_text()) for f in files]
         return _mean_losses(rows)
     return _result(_child(config, model, args, env), config)
 
@@ -438,7 +440,7 @@ def render_prediction(data: dict, keys: list[str]) -> list[str]:
     mape, counts = data["prediction"]["mape"], data["prediction"]["rows"]
     theirs = ""
     if os.path.exists(ACCURACY_JSON):
-        per_setup = json.load(open(ACCURACY_JSON)).get("summary", {}).get("per_setup", {})
+        per_setup = json.loads(Path(ACCURACY_JSON).read_text()).get("summary", {}).get("per_setup", {})
         if {"1proc-4cpu", "2proc-2cpu"} <= set(per_setup):
             theirs = (f"; the simulator-accuracy benchmark's, pinned runtime: one process "
                       f"{per_setup['1proc-4cpu']['mape']:.1%}, two server processes {per_setup['2proc-2cpu']['mape']:.1%}")
@@ -486,7 +488,7 @@ def main() -> None:
         print(json.dumps(predict(args.models, args)))
         return
     if args.predict_only:         # a previous run's rows (their plans), predicted again
-        data = json.load(open(args.predict_only))
+        data = json.loads(Path(args.predict_only).read_text())
         if not any("strategy" in row for row in data["rows"].values()):
             raise SystemExit(f"{args.predict_only}: no tag_tf row keeps its plan (make the run with --keep-plans)")
         args.models, args.batch = ",".join(data["model_kwargs"]), int(data["batch"])     # as that run

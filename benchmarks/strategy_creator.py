@@ -22,13 +22,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.report import measured_when, stamp              # noqa: E402
-from tag_tf.frontend.commands.calibrate import CaseBuilder      # noqa: E402
-from tag_tf.search.local_search import local_search            # noqa: E402
-from tag_tf.search.mcts import MctsOptions, mcts_search        # noqa: E402
-from tag_tf.search.priors import DEFAULT_PRIOR, PRIORS          # noqa: E402
-from tag_tf.sim.simulator import Simulator                     # noqa: E402
-from tag_tf.topology.load import load_topology                # noqa: E402
+from benchmarks.report import measured_when, stamp  # noqa: E402
+from tag_tf.frontend.commands.calibrate import CaseBuilder  # noqa: E402
+from tag_tf.search.local_search import local_search  # noqa: E402
+from tag_tf.search.mcts import MctsOptions, mcts_search  # noqa: E402
+from tag_tf.search.priors import DEFAULT_PRIOR, PRIORS  # noqa: E402
+from tag_tf.sim.simulator import Simulator  # noqa: E402
+from tag_tf.topology.load import load_topology  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ("vgg19", "resnet101", "inceptionv3", "transformer", "bert-small", "bert-large")

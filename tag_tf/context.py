@@ -10,7 +10,8 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from tag_tf.errors import DeadlineExceeded
 

@@ -11,7 +11,8 @@ import enum
 import hashlib
 import json
 import math
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ class Option(enum.Enum):
     MODEL_PARALLEL = "mp"        # split the group's ops across the devices (METIS), no replication
 
     @classmethod
-    def parse(cls, value: str) -> "Option":
+    def parse(cls, value: str) -> Option:
         aliases = {"ar": "allreduce", "all-reduce": "allreduce", "dup": "duplicate",
                    "model-parallel": "mp", "model_parallel": "mp"}
         key = aliases.get(str(value).lower(), str(value).lower())
@@ -109,19 +110,19 @@ class Strategy:
         """The machines (tasks of a cluster) this plan places work on."""
         return frozenset(topology.devices[d].machine for g in self.groups for d in g.devices)
 
-    def with_sfb_cuts(self, cuts: Sequence[SfbCut]) -> "Strategy":
+    def with_sfb_cuts(self, cuts: Sequence[SfbCut]) -> Strategy:
         return dataclasses.replace(self, sfb=tuple(cuts))
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
     def uniform(cls, num_groups: int, devices: Sequence[int], option: Option = Option.ALLREDUCE,
-                shares: Sequence[float] | None = None, **kw: Any) -> "Strategy":
+                shares: Sequence[float] | None = None, **kw: Any) -> Strategy:
         plan = GroupPlan(tuple(devices), option)
         return cls(tuple(plan for _ in range(num_groups)), None if shares is None else tuple(shares), **kw)
 
     @classmethod
     def from_matrix(cls, placement: np.ndarray, options: Sequence[Option], topology: Topology,
-                    shares: Sequence[float] | None = None, **kw: Any) -> "Strategy":
+                    shares: Sequence[float] | None = None, **kw: Any) -> Strategy:
         """The paper's form: placement[i, j] = 1 if group i uses device group j."""
         placement = np.asarray(placement)
         groups = []
@@ -143,7 +144,7 @@ class Strategy:
         return json.dumps(self.to_dict(), **kw)
 
     @classmethod
-    def from_dict(cls, d: Any, source: str = "strategy") -> "Strategy":
+    def from_dict(cls, d: Any, source: str = "strategy") -> Strategy:
         if not isinstance(d, dict) or "groups" not in d:
             raise StrategyError(f"{source}: not a strategy (expected an object with 'groups')")
         groups = []
@@ -179,7 +180,7 @@ class Strategy:
                    d.get("graph"), d.get("topology"), d.get("name", ""), fusion, barrier, op_groups, sfb)
 
     @classmethod
-    def load(cls, path: str) -> "Strategy":
+    def load(cls, path: str) -> Strategy:
         from tag_tf.datafiles import PLAN_FILE_LIMIT, read_text
 
         text = read_text(path, "strategy", PLAN_FILE_LIMIT, StrategyError)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def zoo(name: str, **kw):
     """(ModelGraph, IR graph, rebuild fn) for a tiny zoo model without dropout."""
     from tag_tf.frontend.loading import model_ir
@@ -33,7 +33,7 @@ def zoo(name: str, **kw):
     return model, model_ir(model), rebuild
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def analysis_of(name: str, num_groups: int = 60, exact_batch_stats: bool = False, **kw):
     from tag_tf.analysis import analyze
     from tag_tf.context import Options, PassContext

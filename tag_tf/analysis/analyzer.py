@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -19,8 +20,7 @@ from tag_tf.analysis.simplify import PlanningGraph, simplify, training_ops
 from tag_tf.analysis.states import Kind, OpAnnotation
 from tag_tf.context import PassContext
 from tag_tf.errors import GraphError
-from tag_tf.ir import Graph, TensorInfo, TensorRef, from_graph_def
-from tag_tf.ir import opsets
+from tag_tf.ir import Graph, TensorInfo, TensorRef, from_graph_def, opsets
 from tag_tf.ir.importer import measure_shapes
 
 log = logging.getLogger("tag_tf.analysis")
@@ -47,7 +47,7 @@ class Analysis:
     def dynamic_batch(self) -> bool:
         return self.graph.meta.batch_size is None
 
-    def with_grouping(self, op_groups) -> "Analysis":
+    def with_grouping(self, op_groups) -> Analysis:
         """The same analysis with other op groups: `op_groups[i]` is the group of planned op i.
         Raises StrategyError unless every planned op has a group and colocated ops share one (what
         the compiler and the simulator rely on)."""
@@ -83,7 +83,7 @@ class Analysis:
         if op_groups is not None and tuple(op_groups) != self.op_groups:
             raise StrategyError("the strategy plans refined op groups: use analysis.for_strategy(strategy)")
 
-    def for_strategy(self, strategy: Any) -> "Analysis":
+    def for_strategy(self, strategy: Any) -> Analysis:
         """The analysis whose groups `strategy` plans: its own refined groups when it carries them."""
         op_groups = getattr(strategy, "op_groups", None)
         if op_groups is None:
@@ -234,7 +234,7 @@ def _value_sized(graph: Graph) -> set[str]:
     return value_sized
 
 
-def unsized_batch_meetings(a: "Analysis") -> list[tuple[str, str, str]]:
+def unsized_batch_meetings(a: Analysis) -> list[tuple[str, str, str]]:
     """Where a value computed from sparse or value-sized ops (a feature column's weighted sum, a
     partitioned lookup), whose size along the batch axis tag_tf cannot infer (it is computed whole),
     meets a batch tensor in a broadcasting op whose gradient compares the two inputs' shapes

@@ -1,7 +1,7 @@
 """Annotate every op with its replication semantics (see `states.py`), in topological order."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from tag_tf.analysis.batch_dims import BatchDims
 from tag_tf.analysis.rules import OpView, annotate, decide, needs_full

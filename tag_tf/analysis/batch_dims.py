@@ -7,7 +7,7 @@ the batch size (TF folds static shapes into constants such as Tile multiples and
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -61,7 +61,7 @@ def compare(g1: Graph, g2: Graph, b1: int, b2: int) -> BatchDims:
                 tensors[TensorRef(op.name, i)] = tb
         if op.type == "Const":
             v1, v2 = g1.attr(op.name, "value"), g2.attr(op.name, "value")
-            if v1.shape != v2.shape or not np.array_equal(v1, v2):
+            if v1.shape != v2.shape or not np.array_equal(v1, v2):  # noqa: SIM102 (each test has its comment)
                 if np.issubdtype(v1.dtype, np.integer) and v1.shape == v2.shape and v1.ndim <= 1:
                     scaled = (v1 != v2) & (v1 % b1 == 0) & (v2 * b1 == v1 * b2)
                     if np.array_equal(scaled, v1 != v2):

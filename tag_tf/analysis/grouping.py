@@ -19,7 +19,7 @@ import dataclasses
 import os
 import sys
 import types
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

@@ -14,15 +14,13 @@ global value, so the requirement becomes SPLIT (batched) or FULL and the compile
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from tag_tf.analysis.batch_dims import SHAPE_LIKE_INPUTS, TensorBatch
-from tag_tf.analysis.states import (FULL, LOCAL, PARTIAL, Category, Flag, Kind, OpAnnotation, State,
-                                    local, split)
-from tag_tf.ir import Graph, Op
-from tag_tf.ir import opsets
+from tag_tf.analysis.states import FULL, LOCAL, PARTIAL, Category, Flag, Kind, OpAnnotation, State, local, split
+from tag_tf.ir import Graph, Op, opsets
 from tag_tf.ir.graph import FLOAT_DTYPES
 
 # Input classes as the rules see them.
@@ -188,7 +186,7 @@ def elementwise(v: OpView, rule: str = "elementwise") -> OpAnnotation | None:
         rank = v.in_rank(i)
         if rank is None or out_rank is None:
             return None
-        if v.batch_state(i).axis + (out_rank - rank) != out.axis:
+        if v.batch_state(i).axis + (out_rank - rank) != out.axis:  # noqa: SIM102 (the exception has its comment)
             # v1 Select broadcasts a rank-1 condition along the first axis.
             if not (v.type == "Select" and i == 0 and rank == 1 and out.axis == 0):
                 return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

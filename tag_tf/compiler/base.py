@@ -10,7 +10,8 @@ the conversions the training step runs from those only a fetch would run.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.states import FULL, State

@@ -19,7 +19,8 @@ GraphBuilder is assembled from parts, each in its own module:
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,9 +31,9 @@ from tag_tf.analysis.states import FULL, Flag, Kind, State
 from tag_tf.compiler.collectives import CollectivesMixin
 from tag_tf.compiler.devices import DeviceMap
 from tag_tf.compiler.shapes import ShapesMixin
-from tag_tf.placement.layout import HOST, Layout, Mode, Placement, single
 from tag_tf.errors import CompileError
 from tag_tf.ir import TensorRef
+from tag_tf.placement.layout import HOST, Layout, Mode, Placement, single
 from tag_tf.strategy import Option
 
 

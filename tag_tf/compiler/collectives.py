@@ -12,7 +12,8 @@ the device, so no all-reduce overlaps the backward pass.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import types
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from tag_tf.analysis import Analysis
 from tag_tf.compiler.builder import GraphBuilder
 from tag_tf.compiler.devices import DeviceMap
-from tag_tf.placement.layout import Placement, resolve
 from tag_tf.context import PassContext
 from tag_tf.errors import CompileError, GraphError
 from tag_tf.ir import Graph, TensorRef
+from tag_tf.placement.layout import Placement, resolve
 from tag_tf.strategy import Strategy
 
 

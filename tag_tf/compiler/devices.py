@@ -24,14 +24,14 @@ class DeviceMap:
         return 0 if device == HOST else self.machines[device]
 
     @classmethod
-    def local_cpus(cls, n: int) -> "DeviceMap":
+    def local_cpus(cls, n: int) -> DeviceMap:
         """n virtual CPU devices in one process: sessions for them come from
         `tag_tf.runtime.sessions.session_config(n)`, which also sets their operation timeout."""
         names = tuple(f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(n))
         return cls(names, names[0], (0,) * n, (False,) * n)
 
     @classmethod
-    def for_topology(cls, topology: Any, job: str = "worker", simulated_gpus: bool = True) -> "DeviceMap":
+    def for_topology(cls, topology: Any, job: str = "worker", simulated_gpus: bool = True) -> DeviceMap:
         """One TF task per machine; GPUs as GPU:i (or CPU:i for CPU-typed devices)."""
         names, machines, gpu = [], [], []
         for d in topology.devices:

@@ -5,7 +5,8 @@ with tens of thousands of ops. TF fills attributes left at their defaults when t
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -17,7 +17,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import IO, Any
 
 from tag_tf.context import EMULATED_HOST_ENV
 from tag_tf.emulate import system

@@ -20,7 +20,8 @@ import dataclasses
 import ipaddress
 import json
 import os
-from typing import Any, Mapping, NoReturn, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 
 from tag_tf.errors import EmulationError
 from tag_tf.topology.units import BANDWIDTH_UNITS, UnitError, parse_bandwidth

@@ -7,13 +7,14 @@ pid: `stale()` finds what belongs to launchers that are gone.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import signal
 import subprocess
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from tag_tf.errors import EmulationError
 
@@ -165,10 +166,8 @@ def add_cgroups(name: str, cpu: float | None, cpus: str | None) -> None:
 def cgroup_pids(name: str) -> list[int]:
     pids: set[int] = set()
     for controller in CONTROLLERS:
-        try:
+        with contextlib.suppress(OSError):
             pids.update(int(p) for p in _read(os.path.join(cgroup_path(controller, name), "cgroup.procs")).split())
-        except OSError:
-            pass
     return sorted(pids)
 
 
@@ -188,10 +187,8 @@ def delete_cgroup(name: str) -> bool:
 def cgroups() -> list[str]:
     found: set[str] = set()
     for controller in CONTROLLERS:
-        try:
+        with contextlib.suppress(OSError):
             found.update(n for n in os.listdir(os.path.join(CGROUP_ROOT, controller)) if n.startswith(PREFIX))
-        except OSError:
-            pass
     return sorted(found)
 
 
@@ -203,10 +200,8 @@ def kill_all(pids: Iterable[int], grace_s: float = 3.0) -> None:
     pids = [p for p in set(pids) if p != os.getpid()]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for p in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(p, sig)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
         while time.monotonic() < deadline:
             pids = [p for p in pids if _alive(p)]

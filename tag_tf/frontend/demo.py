@@ -16,7 +16,8 @@ import dataclasses
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +59,7 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     from tag_tf.frontend.loading import model_ir
     from tag_tf.models import build_model
     from tag_tf.profile.weights import reference_weights
+    from tag_tf.search.baselines import label
     from tag_tf.search.local_search import describe
     from tag_tf.search.mcts import MctsOptions, mcts_search
     from tag_tf.sim.simulator import Simulator
@@ -84,11 +86,7 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     # 2. Plan (simulated) ----------------------------------------------------------------------
     sim = Simulator(analysis, topology)
     result = mcts_search(sim, topology, MctsOptions(budget_s=budget_s, progress=True))
-    labels = {"dp": "DP-NCCL (dp)", "dp-p": "DP-NCCL-P (dp-p)", "horovod": "Horovod (horovod)",
-              "horovod-p": "Horovod-P (horovod-p)", "heterog": "HeteroG (heterog)",
-              "best-subset": "Best subset (best-subset)"}
-    times = {labels.get(k, k): v * 1e3 for k, v in result.baselines.items()}
-    times["tag_tf (auto)"] = result.iteration_time_s * 1e3
+    times = plan_times_ms(result)
     physics = ("datasheet constants" if sim.calibration is None
                else f"calibration {sim.calibration_name!r}, fitted to the TAG paper's measured testbed times")
     say(f"2. plan for {cluster} - SIMULATED (no GPUs here: op times from the analytical GPU cost model and "
@@ -107,7 +105,7 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
               f"{model} on {cluster}: tag_tf plan, {times['tag_tf (auto)']:.1f} ms (simulated)",
               os.path.join(out_dir, "trace.json"))
     _timeline(sim, dp, os.path.join(out_dir, "timeline_dp.png"),
-              f"{model} on {cluster}: data parallelism, {times['DP-NCCL (dp)']:.1f} ms (simulated)")
+              f"{model} on {cluster}: data parallelism, {times[label('dp')]:.1f} ms (simulated)")
 
     # 3. Real training on local virtual devices --------------------------------------------------
     plan_local, how = _local_plan(result.strategy, topology, model)
@@ -136,6 +134,16 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     say(f"4. report: {os.path.join(out_dir, 'report.md')} (plan.json, plan_local.json, timeline.png, "
         f"timeline_dp.png, trace.json) - {time.perf_counter() - start:.0f} s in all")
     return demo
+
+
+def plan_times_ms(result: MctsResult) -> dict[str, float]:
+    """The demo's plan table: every baseline the search timed, by its label (search.baselines.REGISTRY),
+    then tag_tf's plan; ms per iteration (simulated)."""
+    from tag_tf.search.baselines import label
+
+    times = {label(k): v * 1e3 for k, v in result.baselines.items()}
+    times["tag_tf (auto)"] = result.iteration_time_s * 1e3
+    return times
 
 
 def _cluster_line(topology: Topology) -> str:

@@ -45,6 +45,7 @@ its runner), `session_values` (variables in and out of sessions, synthetic batch
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -53,7 +54,8 @@ import sys
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -82,7 +84,7 @@ def distribute(strategy: Any = "auto", topology: Any = None, cluster: Any = None
                budget_s: float | None = None, verify: bool = False, exact_batch_stats: bool = False,
                fallback: str = "error", inference: bool = False,
                calibration: Any = "default", trusted_network: bool = False, sfb: bool = True
-               ) -> "Distribution | Callable":
+               ) -> Distribution | Callable:
     """Train the TF1 code run inside this context (or decorated function) distributed.
 
     strategy: "auto" (the best plan the planner gives), a baseline ("dp", "dp-p" with batch shares
@@ -154,17 +156,17 @@ class Distribution:
         self.plans: list[Plan] = []
         self.programs: list[Program] = []
         self.target: Target | None = None
-        self._graphs: "weakref.WeakKeyDictionary[Any, tuple[GraphInfo, Program | None]]" = weakref.WeakKeyDictionary()
-        self._sessions: "weakref.WeakKeyDictionary[Any, SessionState]" = weakref.WeakKeyDictionary()
+        self._graphs: weakref.WeakKeyDictionary[Any, tuple[GraphInfo, Program | None]] = weakref.WeakKeyDictionary()
+        self._sessions: weakref.WeakKeyDictionary[Any, SessionState] = weakref.WeakKeyDictionary()
         self._lock = threading.RLock()
         # Graphs left undistributed by fallback="single" -> the reason.
-        self._fallen_back: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+        self._fallen_back: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._active = False
         self._log_handler: logging.Handler | None = None
         self._from_chief: list[dict] = []      # plans the chief sent that no graph has used yet
 
     # -- context / decorator -----------------------------------------------------------------------
-    def __enter__(self) -> "Distribution":
+    def __enter__(self) -> Distribution:
         if self._active:
             raise TagError("this tag_tf.distribute(...) context is already active")
         check_request(self.options["strategy"])      # a bad strategy fails here, not mid-training
@@ -256,10 +258,8 @@ class Distribution:
             if roles.serves_at_exit(role):
                 raise SystemExit(0)           # the exit handler serves until the chief ends the run
             if idle:                          # the chief waits for every task's script to end before its own
-                try:
+                with contextlib.suppress(ClusterError):   # the chief is gone: serve_until_done says so
                     roles.tell_chief(role, roles.FINISHED_QUEUE)
-                except ClusterError:
-                    pass                      # the chief is gone: serve_until_done says so
             raise SystemExit(roles.serve_until_done(role, self._server))
         return message
 

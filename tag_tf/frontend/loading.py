@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tag_tf.analysis import Analysis, analyze
 from tag_tf.context import Options, PassContext
@@ -108,13 +109,13 @@ def stored_costs(loaded: Loaded, analysis: Analysis, topology: Topology, args: a
 def strategy_from_spec(spec: str, analysis: Analysis, topology: Topology, *, seed: int = 0,
                        check_topology: bool = True, budget_s: float = 10.0, sim: Simulator | None = None
                        ) -> Strategy:
-    """`--strategy`: a baseline ("dp", "dp-p", "horovod", "horovod-p"; "heterog" is searched for
-    `budget_s` seconds; "best-subset": Horovod-P on the fastest machines, the best count simulated), "random" (seeded), any of those with "+sfb" (sufficient factor broadcasting
+    """`--strategy`: a registered baseline (search.baselines.REGISTRY: "dp", "dp-p", "horovod", "horovod-p";
+    "heterog" and "best-subset" searched for `budget_s` seconds), "random" (seeded), any of those with "+sfb" (sufficient factor broadcasting
     applied where it simulates faster) or a strategy JSON file, checked against the graph (and,
     with `check_topology`, the topology it was made for)."""
     import numpy as np
 
-    from tag_tf.search.baselines import BASELINES, BEST_SUBSET, baseline, best_subset, random_strategy
+    from tag_tf.search.baselines import REGISTRY, make_baseline, random_strategy
     from tag_tf.strategy import Strategy
 
     n = len(analysis.grouping.groups)
@@ -128,18 +129,12 @@ def strategy_from_spec(spec: str, analysis: Analysis, topology: Topology, *, see
         base = strategy_from_spec(spec[:-4], analysis, topology, seed=seed, check_topology=check_topology,
                                   budget_s=budget_s, sim=sim)
         return dataclasses.replace(apply_sfb(sim, base).strategy, name=spec)
-    if spec in BASELINES:
-        return baseline(spec, n, topology)
-    if spec == "heterog":
-        from tag_tf.search.heterog import heterog
-        from tag_tf.sim.simulator import Simulator
+    if spec in REGISTRY:
+        def judge() -> Simulator:
+            from tag_tf.sim.simulator import Simulator
 
-        return heterog(sim or Simulator(analysis, topology), topology, budget_s)
-    if spec == BEST_SUBSET:
-        from tag_tf.search.moves import Evaluator
-        from tag_tf.sim.simulator import Simulator
-
-        return best_subset(Evaluator(sim or Simulator(analysis, topology)), n, topology)[0]
+            return sim or Simulator(analysis, topology)
+        return make_baseline(spec, n, topology, judge, budget_s)
     if spec == "random":
         return random_strategy(n, topology.num_devices, np.random.default_rng(seed))
     strategy = Strategy.load(spec)
@@ -148,8 +143,11 @@ def strategy_from_spec(spec: str, analysis: Analysis, topology: Topology, *, see
     return strategy
 
 
-STRATEGY_HELP = ("dp | dp-p | horovod | horovod-p | heterog | best-subset | random (each also with +sfb, e.g. dp+sfb) | "
-                 "a strategy JSON file")
+def strategy_help() -> str:
+    """`--strategy`'s help: every registered baseline (search.baselines.REGISTRY), random, files."""
+    from tag_tf.search.baselines import baseline_names
+
+    return " | ".join((*baseline_names(), "random (each also with +sfb, e.g. dp+sfb)", "a strategy JSON file"))
 FUSION_HELP = ("gradient buckets: 'none' (one reduction per tensor), a size such as 64MiB, or 'auto' (the "
                "size that simulates fastest); default: what the strategy says")
 
@@ -189,5 +187,5 @@ def analysis_for(loaded: Loaded, args: argparse.Namespace, ctx: PassContext | No
     return analyze(ctx, loaded.graph, rebuild=loaded.rebuild, weight_fn=reference_weights)
 
 
-__all__ = ["apply_cost_args", "FUSION_HELP", "Loaded", "STRATEGY_HELP", "with_fusion", "add_model_args", "load", "analysis_for", "model_ir", "strategy_from_spec",
+__all__ = ["apply_cost_args", "FUSION_HELP", "Loaded", "strategy_help", "with_fusion", "add_model_args", "load", "analysis_for", "model_ir", "strategy_from_spec",
            "add_cost_args", "stored_costs"]

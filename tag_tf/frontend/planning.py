@@ -17,12 +17,14 @@ import logging
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from tag_tf.placement.layout import validated_duplicates
 from tag_tf.context import CACHE_ENV, default_cache_dir  # noqa: F401  (re-exported: the plan cache's root)
 from tag_tf.datafiles import write_atomic
 from tag_tf.errors import StrategyError
+from tag_tf.placement.layout import validated_duplicates
+from tag_tf.search.baselines import Names, baseline_names, fallback_baselines, whole_replica_baselines
 from tag_tf.sim.client import Client, fed_bytes
 from tag_tf.strategy import Strategy
 
@@ -40,9 +42,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tag_tf.planning")
 
-BASELINE_REQUESTS = ("dp", "dp-p", "horovod", "horovod-p", "heterog", "best-subset")
+# Every list of baselines below follows search.baselines.REGISTRY (the one list of them).
+BASELINE_REQUESTS = Names(baseline_names)
 SFB = "+sfb"                    # a baseline with sufficient factor broadcasting applied (search/sfb.py)
-PLANNED = ("auto", *BASELINE_REQUESTS, *(b + SFB for b in BASELINE_REQUESTS))
+PLANNED = Names(lambda: ("auto", *baseline_names(), *(b + SFB for b in baseline_names())))
 CACHE_FORMAT = "tag_tf.plan/2"
 # Bumped whenever the planner's choices change for the same inputs: older cached plans then miss.
 PLANNER_VERSION = "mcts/7"      # 2: group refinement, per-plan shares, balanced groups; 3: SFB; 4: the trained GNN prior; 5: pure MCTS by default (gnn_wallclock); 6: the GPU kernel model (TF32, waves, Winograd); 7: the client's feed and drive on task-driven clusters
@@ -134,8 +137,8 @@ def local_machine_simulator(analysis: Analysis, topology: Topology, model: str, 
     "tfdefault", TensorFlow's defaults), so the process must have called
     `tag_tf.localmachine.runtime.configure_runtime(that runtime)` before importing TensorFlow.
     `use_db=False`: measured now and stored nowhere (`tag-tf plan --no-profiles`)."""
-    from tag_tf.profile.db import ProfileDB
     from tag_tf.localmachine import model as lm
+    from tag_tf.profile.db import ProfileDB
 
     if runtime not in lm.RUNTIMES:
         raise StrategyError(f"local runtime {runtime!r}: one of {', '.join(lm.RUNTIMES)}")
@@ -166,9 +169,9 @@ def stored_costs_for(analysis: Analysis, topology: Topology, db: ProfileDB | str
 def baseline(name: str, analysis: Analysis, topology: Topology, budget_s: float | None = None,
              calibration: Any = "default", costs: StoredCosts | None = None, sim: Simulator | None = None
              ) -> Strategy:
-    """The named baseline for this analysis on this topology, stamped with both ("heterog" is
-    searched for `budget_s` seconds; "best-subset" simulates Horovod-P on the k fastest machines for
-    every k, with `sim` where given: the simulator a search judged it with)."""
+    """The named baseline (search.baselines.REGISTRY) for this analysis on this topology, stamped
+    with both; a searched one ("heterog", "best-subset") judged by `sim` where given (the simulator
+    a search judged it with), else by `calibration`'s physics and `costs`, within `budget_s`."""
     from tag_tf.search import baselines
 
     if name.endswith(SFB):
@@ -180,19 +183,10 @@ def baseline(name: str, analysis: Analysis, topology: Topology, budget_s: float 
                  outcome.kept, len(outcome.solutions), outcome.before_s * 1e3, outcome.after_s * 1e3)
         return dataclasses.replace(outcome.strategy, name=name)
     try:
-        if name == "heterog":
-            from tag_tf.search.heterog import heterog
-
-            strategy = heterog(simulator(analysis, topology, calibration, costs), topology,
-                               DEFAULT_BUDGET_S if budget_s is None else budget_s)
-        elif name == baselines.BEST_SUBSET:
-            from tag_tf.search.moves import Evaluator
-
-            judge = sim if sim is not None else simulator(analysis, topology, calibration, costs)
-            strategy = baselines.best_subset(Evaluator(judge), len(analysis.grouping.groups), topology,
-                                             singles=judge.client is not None)[0]
-        else:
-            strategy = baselines.baseline(name, len(analysis.grouping.groups), topology)
+        strategy = baselines.make_baseline(
+            name, len(analysis.grouping.groups), topology,
+            lambda: sim if sim is not None else simulator(analysis, topology, calibration, costs),
+            DEFAULT_BUDGET_S if budget_s is None else budget_s)
     except ValueError as e:
         raise StrategyError(str(e)) from None
     return dataclasses.replace(strategy, graph=analysis.graph.fingerprint, topology=topology.fingerprint)
@@ -274,8 +268,7 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
         # Tasks that drive themselves on alike CPU hosts: only whole replicas are worth running
         # (between_graph_choice), and even shares on every host are what there is to find: no search,
         # the fastest that fits. Hosts of measured unequal speeds or links are searched.
-        plans = {name: baseline(name, analysis, topology) for name in WHOLE_REPLICA_BASELINES}
-        plans["best-subset"] = baseline("best-subset", analysis, topology, sim=sim)
+        plans = {name: baseline(name, analysis, topology, sim=sim) for name in FALLBACK_BASELINES}
         fits = {name: t for name, p in plans.items() if math.isfinite(t := sim.simulate(p).iteration_time_s)}
         if fits:
             name = min(fits, key=lambda n: fits[n])
@@ -344,9 +337,9 @@ def one_device_plan(sim: Simulator, analysis: Analysis, topology: Topology, driv
 
 
 # Baselines that replicate every group on every device with AllReduce (Strategy.whole_replicas).
-WHOLE_REPLICA_BASELINES = ("dp", "dp-p", "horovod", "horovod-p")
+WHOLE_REPLICA_BASELINES = Names(whole_replica_baselines)
 # ... and the plans a task-driven cluster falls back to: those, or the same on the fastest machines only
-FALLBACK_BASELINES = (*WHOLE_REPLICA_BASELINES, "best-subset")
+FALLBACK_BASELINES = Names(fallback_baselines)
 # On CPU tasks, how much faster than the best fallback a plan that needs one driver must simulate
 # (its driving included) to run. Measured (benchmarks/RESULTS.md, TAG for real, and the step-time
 # studies): plans the simulator preferred by 7-30% ran 1.1-1.8x slower than the fallback; one it

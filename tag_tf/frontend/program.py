@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, cast
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -46,7 +47,7 @@ class GraphInfo:
     saves: frozenset[str] = frozenset()             # ops downstream of a checkpoint write (SaveV2)
 
     @staticmethod
-    def of(graph: Any) -> "GraphInfo":
+    def of(graph: Any) -> GraphInfo:
         import tensorflow as tf
 
         from tag_tf.ir import opsets

@@ -16,7 +16,8 @@ original. The active contexts and the saved originals are this module's (process
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 
 class Context(Protocol):

@@ -2,7 +2,8 @@
 written back when the context exits) and synthetic batches (for `verify=True`)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 

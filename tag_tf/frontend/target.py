@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from tag_tf.errors import TopologyError
 
@@ -44,7 +45,7 @@ class Target:
         if self.cluster is not None:
             self.cluster.check()
 
-    def alone_on_chief(self, devices: Iterable[int]) -> "Target | None":
+    def alone_on_chief(self, devices: Iterable[int]) -> Target | None:
         """On the chief of a TF_CONFIG cluster, for a plan whose `devices` are all its own machine's:
         the same devices in this process (job "localhost", no cluster), so that each step runs in a
         session of this process rather than through its server's master (a gRPC round trip and a
@@ -66,7 +67,7 @@ class Target:
         local = DeviceMap(tuple(names), host, self.devices.machines, self.devices.gpu)
         return dataclasses.replace(self, devices=local, cluster=None, num_cpus=cpus, local_server="")
 
-    def discovered(self, cache_dir: str | None) -> "Target":
+    def discovered(self, cache_dir: str | None) -> Target:
         """With `discover`: this target on the topology its servers report (devices, measured links)."""
         if not self.discover or self.cluster is None:
             return self

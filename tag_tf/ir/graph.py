@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import types
-from typing import Any, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ class TensorRef:
         return self.name
 
     @staticmethod
-    def parse(name: str) -> "TensorRef":
+    def parse(name: str) -> TensorRef:
         """Parse "op", "op:1" (GraphDef input syntax without the control "^" prefix)."""
         if name.startswith("^"):
             raise ValueError(f"{name!r} is a control input, not a tensor")
@@ -297,7 +298,7 @@ def without_initial_values(node: Any) -> Any:
     return copy
 
 
-def _fingerprint(graph: "Graph", nodes: list[Any], initial: frozenset[str] = frozenset()) -> str:
+def _fingerprint(graph: Graph, nodes: list[Any], initial: frozenset[str] = frozenset()) -> str:
     functions = {f.signature.name: f for f in graph.library.function} if graph.library is not None else {}
     canonical: dict[str, str] = {}
 

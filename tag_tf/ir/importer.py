@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import heapq
 import os
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from tag_tf.errors import GraphError
 from tag_tf.ir import opsets
@@ -117,7 +118,7 @@ def _standin_dequeues(gd: Any, overrides: Mapping[str, tuple[int, ...]]) -> None
     from tensorflow.python.framework import tensor_util
 
     by_name = {n.name: n for n in gd.node}
-    for i, node in enumerate(list(gd.node)):
+    for node in list(gd.node):
         if node.op not in _DEQUEUE_OPS or not node.input:
             continue
         queue = by_name.get(TensorRef.parse(node.input[0]).op)

@@ -2,7 +2,7 @@
 those live in `tag_tf.analysis.rules`)."""
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
 

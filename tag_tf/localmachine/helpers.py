@@ -9,7 +9,8 @@ import select
 import subprocess
 import sys
 import tempfile
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tag_tf.errors import ProfileError
 from tag_tf.localmachine.runtime import RUNTIME_KEYS, Runtime
@@ -24,7 +25,7 @@ def start(module: str, spec: Mapping[str, Any], runtime: Runtime) -> subprocess.
     """Start `python -m module json(spec)` with `runtime`'s environment; it says READY when built."""
     env = {k: v for k, v in os.environ.items() if k not in RUNTIME_KEYS}
     env.update(runtime.env)
-    errors = tempfile.TemporaryFile("w+")        # what it says on stderr, for the error if it fails
+    errors = tempfile.TemporaryFile("w+")  # noqa: SIM115 (the helper's stderr, for its error; `stop` closes it)
     proc = subprocess.Popen([sys.executable, "-m", module, json.dumps(dict(spec))], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=errors, text=True, env=env, cwd=ROOT)
     setattr(proc, _STDERR, errors)

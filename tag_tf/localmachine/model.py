@@ -41,19 +41,39 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tag_tf.errors import ProfileError
-from tag_tf.profile.segmented import SegmentedLinear
 from tag_tf.localmachine.corun import corun_walls
-from tag_tf.localmachine.probes import (fit_line, measure_collectives, measure_conversions, measure_message_cost,
-                                        measure_step_overhead, measure_transfers)
+from tag_tf.localmachine.probes import (
+    fit_line,
+    measure_collectives,
+    measure_conversions,
+    measure_message_cost,
+    measure_step_overhead,
+    measure_transfers,
+)
+
 # configure_runtime, the runtimes and session_config are re-exported: callers use the model through this module.
-from tag_tf.localmachine.runtime import (PINNED, RUNTIME_ENV, RUNTIME_TAG, RUNTIMES, THREADS, TF_DEFAULTS, LocalSetup,
-                                        Runtime, SetupRunner, configure_runtime, local_servers, session_config)
+from tag_tf.localmachine.runtime import (
+    PINNED,
+    RUNTIME_ENV,
+    RUNTIME_TAG,
+    RUNTIMES,
+    TF_DEFAULTS,
+    THREADS,
+    LocalSetup,
+    Runtime,
+    SetupRunner,
+    configure_runtime,
+    local_servers,
+    session_config,
+)
 from tag_tf.localmachine.tasksteps import measure_task_steps
+from tag_tf.profile.segmented import SegmentedLinear
 from tag_tf.sim.simulator import SimReport, Simulator, training_costs
 
 if TYPE_CHECKING:
@@ -131,7 +151,7 @@ class LocalMachine:
                 "host_message_s": self.host_message_s, "info": dict(self.info)}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "LocalMachine":
+    def from_dict(cls, d: Mapping[str, Any]) -> LocalMachine:
         return cls(LocalSetup.from_dict(d["setup"]), {k: [tuple(s) for s in v] for k, v in d["p2p"].items()},
                    {k: [tuple(s) for s in v] for k, v in d["allreduce"].items()},
                    float(d["conversion_launch_s"]), float(d["conversion_bandwidth"]),
@@ -230,7 +250,7 @@ class ZooModel:
     kwargs: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
-    def of(cls, name: str, **kwargs: Any) -> "ZooModel":
+    def of(cls, name: str, **kwargs: Any) -> ZooModel:
         return cls(name, tuple(sorted(kwargs.items())))
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from tag_tf.measure.comm import chain_length, time_pair
 from tag_tf.localmachine.runtime import PINNED, Runtime, SetupRunner, session_config
+from tag_tf.measure.comm import chain_length, time_pair
 
 _KEYS = itertools.count(1 << 30)   # collective keys of the measurements: far above the ones compiled graphs use
 

@@ -40,7 +40,8 @@ import dataclasses
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from tag_tf.errors import ProfileError
 
@@ -175,7 +176,7 @@ class LocalSetup:
                 "runtime": self.runtime.tag, "between_graph": self.between_graph}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "LocalSetup":
+    def from_dict(cls, d: Mapping[str, Any]) -> LocalSetup:
         tag = d.get("runtime", PINNED.tag)
         if tag not in RUNTIMES:
             raise ProfileError(f"local setup: unknown runtime {tag!r} (known: {', '.join(RUNTIMES)})")

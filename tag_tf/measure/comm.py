@@ -32,7 +32,8 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 

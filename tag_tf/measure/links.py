@@ -19,7 +19,8 @@ import hashlib
 import json
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from tag_tf.context import EMULATED_HOST_ENV
 from tag_tf.datafiles import write_atomic

@@ -20,13 +20,21 @@ import dataclasses
 import logging
 import re
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tag_tf.errors import ProfileError
-from tag_tf.profile.op_profile import (DEFAULT_BATCH_SIZES, STATISTICS, OpProfile, Traces, has_kernel_timeline,
-                                       op_times_from_step_stats, profile_from_traces)
+from tag_tf.profile.op_profile import (
+    DEFAULT_BATCH_SIZES,
+    STATISTICS,
+    OpProfile,
+    Traces,
+    has_kernel_timeline,
+    op_times_from_step_stats,
+    profile_from_traces,
+)
 from tag_tf.runtime import sessions
 
 if TYPE_CHECKING:
@@ -86,7 +94,7 @@ class TrainStep:
     feed: Mapping[str, np.ndarray]
 
     @classmethod
-    def from_model(cls, model: ModelGraph, batch_size: int, rng: np.random.Generator) -> "TrainStep":
+    def from_model(cls, model: ModelGraph, batch_size: int, rng: np.random.Generator) -> TrainStep:
         """From a zoo ModelGraph (its graph must accept `batch_size`: built at it, or dynamic)."""
         return cls(model.graph_def, model.train_op, model.init_op, model.feed(rng, batch_size))
 

@@ -11,8 +11,7 @@ from typing import Any
 from tag_tf.errors import ModelError
 from tag_tf.models import bert, cnn, mlp, slim_nets, transformer
 from tag_tf.models.base import InputSpec, ModelGraph
-from tag_tf.models.training import (DTYPES, OPTIMIZER_NAMES, BuildOptions, ForwardFn, ModelSpec,
-                                   build_training_graph)
+from tag_tf.models.training import DTYPES, OPTIMIZER_NAMES, BuildOptions, ForwardFn, ModelSpec, build_training_graph
 
 __all__ = ["MODEL_NAMES", "PAPER_TABLE", "OPTIMIZER_NAMES", "InputSpec", "ModelGraph", "build_model", "describe",
            "model_forward", "model_spec"]

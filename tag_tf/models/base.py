@@ -48,7 +48,7 @@ class ModelGraph:
         b = self.batch_size if batch_size is None else batch_size
         return {f"{spec.name}:0": spec.sample(rng, b) for spec in self.inputs}
 
-    def ir(self) -> "Any":
+    def ir(self) -> Any:
         """The graph as tag_tf's IR, with its train op, loss and batch inputs named."""
         from tag_tf.ir import from_graph_def
 

@@ -26,12 +26,12 @@ collectives.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.states import Kind
-from tag_tf.placement.layout import ColocationSets
 from tag_tf.ir import TensorRef
+from tag_tf.placement.layout import ColocationSets
 
 HOROVOD_FUSION_BYTES = 64 * 2**20   # Horovod's default fusion buffer (HOROVOD_FUSION_THRESHOLD)
 ALL_REPLICAS = -2                    # Request.target of an all-reduce (>= 0: the device that sums)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ class Layout:
     def size(self) -> int:
         return len(self.devices)
 
-    def same_split(self, other: "Layout") -> bool:
+    def same_split(self, other: Layout) -> bool:
         """Two replicated layouts whose shards line up exactly."""
         return (self.mode is Mode.REPLICATED and other.mode is Mode.REPLICATED
                 and self.devices == other.devices and self.counts == other.counts
@@ -114,7 +115,7 @@ def mp_partition(analysis: Analysis, group: int, parts: int, seed: int = 0) -> d
     return {op: grouping.group_of[op] % parts for op in ops}
 
 
-def validated_duplicates(analysis: Analysis, strategy: Strategy, coloc: "ColocationSets | None" = None,
+def validated_duplicates(analysis: Analysis, strategy: Strategy, coloc: ColocationSets | None = None,
                          members: Mapping[str, list[str]] | None = None) -> frozenset[str]:
     """The planned ops `strategy.sfb` duplicates, checked against `analysis` (the analysis of the
     strategy's groups): each must be a planned op of a group replicated with AllReduce or PS, and
@@ -179,7 +180,7 @@ def resolve(analysis: Analysis, strategy: Strategy, num_devices: int) -> Placeme
 
     # Per-group base layouts and, for PS groups, a parameter server per colocation set (round-robin).
     group_layout: list[Layout] = []
-    for gid, plan in enumerate(strategy.groups):
+    for plan in strategy.groups:
         group_layout.append(_group_layout(plan, strategy, batch, dynamic))
     ps_device: dict[int, int] = {}
     next_ps: dict[int, int] = {}

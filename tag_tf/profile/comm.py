@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Mapping, Sequence
-
 
 from tag_tf.errors import ProfileError
 from tag_tf.profile.segmented import SegmentedLinear
@@ -94,7 +93,7 @@ class CommModel:
     @classmethod
     def from_measurements(cls, topology: Topology, p2p: Sequence[Sample] | None = None,
                           allreduce: Mapping[int, Sequence[Sample]] | None = None,
-                          scope: str = "intra", max_segments: int = 3) -> "CommModel":
+                          scope: str = "intra", max_segments: int = 3) -> CommModel:
         """Fit SegmentedLinear models to measured (bytes, seconds) samples and file them under
         `scope` ("intra" for the local topology: all its devices are on one machine)."""
         if scope not in ("intra", "inter"):
@@ -113,7 +112,7 @@ class CommModel:
                 "host_message_s": self.host_message_s}
 
     @classmethod
-    def from_dict(cls, d: Mapping, topology: Topology | None = None) -> "CommModel":
+    def from_dict(cls, d: Mapping, topology: Topology | None = None) -> CommModel:
         """Rebuild; with `topology` given, the stored fingerprint must match it."""
         try:
             topo = topology if topology is not None else topology_from_dict(d["topology"])

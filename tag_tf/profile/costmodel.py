@@ -38,7 +38,8 @@ import dataclasses
 import json
 import math
 import types
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -113,7 +114,7 @@ class CostModelConstants:
                 "fit": dict(self.fit)}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "CostModelConstants":
+    def from_dict(cls, d: Mapping[str, Any]) -> CostModelConstants:
         def opt(key: str) -> float | None:
             return None if d.get(key) is None else float(d[key])
 
@@ -149,7 +150,7 @@ class CostModel:
         self.kernel_table = kernel_table
         self.kernel_model = bool(kernel_model)    # False: the plain roofline everywhere (comparisons)
 
-    def with_tf32(self, tf32: bool) -> "CostModel":
+    def with_tf32(self, tf32: bool) -> CostModel:
         """The same model with TF32 on or off."""
         return CostModel(self.constants, tf32=tf32, kernel_table=self.kernel_table, kernel_model=self.kernel_model)
 

@@ -19,7 +19,8 @@ Where the times come from, per device type:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -77,7 +78,7 @@ class OpCosts:
                 "modes": {k: dict(v) for k, v in self.modes.items()}}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "OpCosts":
+    def from_dict(cls, d: Mapping[str, Any]) -> OpCosts:
         return cls(tuple(d["op_names"]), tuple(d["device_types"]), np.asarray(d["fixed"], dtype=np.float64),
                    np.asarray(d["per_sample"], dtype=np.float64), dict(d["source"]),
                    {k: dict(v) for k, v in dict(d.get("modes") or {}).items()})

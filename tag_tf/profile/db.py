@@ -19,7 +19,8 @@ import json
 import logging
 import os
 import re
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from tag_tf.context import default_cache_dir
 from tag_tf.datafiles import write_atomic

@@ -42,7 +42,7 @@ calibratable); `benchmarks/costmodel_calibrate.py` re-runs the comparison and re
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -99,7 +99,7 @@ class KernelShapes:
     spatial: np.ndarray
 
     @classmethod
-    def empty(cls, n: int) -> "KernelShapes":
+    def empty(cls, n: int) -> KernelShapes:
         z = np.zeros(n)
         return cls(np.zeros(n, dtype=np.int8), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), z.copy(),
                    z.copy(), z.copy(), z.copy(), np.full(n, 4, dtype=np.int8), z.copy(), z.copy())

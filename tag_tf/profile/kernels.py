@@ -72,8 +72,9 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -138,7 +139,7 @@ class ModeParams:
                 "p_mm": self.p_mm, "harness_q": self.harness_q, "ramp_s": self.ramp_s}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ModeParams":
+    def from_dict(cls, d: Mapping[str, Any]) -> ModeParams:
         return cls(eff={k: (float(v[0]), float(v[1])) for k, v in d["eff"].items()},
                    harness_s=(float(d["harness_s"][0]), float(d["harness_s"][1])),
                    harness_bmm_s=float(d["harness_bmm_s"]), mem_eff=float(d["mem_eff"]), k0=float(d["k0"]),
@@ -167,7 +168,7 @@ class KernelTable:
                 "modes": {m: p.to_dict() for m, p in self.modes.items()}}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "KernelTable":
+    def from_dict(cls, d: Mapping[str, Any]) -> KernelTable:
         if d.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} table (format {d.get('format')!r})")
         return cls({m: ModeParams.from_dict(p) for m, p in d["modes"].items()}, dict(d.get("source", {})))

@@ -29,7 +29,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -95,7 +96,7 @@ class OpProfile:
         k = self.batch_sizes.index(batch_size)
         return float(np.nansum(self.times[:, k]))
 
-    def runtime_fit(self) -> "RuntimeFit | None":
+    def runtime_fit(self) -> RuntimeFit | None:
         """How the graph should run and what its whole steps take against the sum of its op times
         (`RuntimeFit`), where the profile measured whole steps both as written and with TensorFlow's
         graph rewrites (Grappler); None for profiles without both."""
@@ -113,7 +114,7 @@ class OpProfile:
                           batch_sizes=tuple(self.batch_sizes), as_written_s=tuple(float(x) for x in written),
                           rewritten_s=tuple(float(x) for x in rewritten))
 
-    def scaled(self, factor: float) -> "OpProfile":
+    def scaled(self, factor: float) -> OpProfile:
         """This profile with every op time multiplied by `factor` (what the ops take in whole steps)."""
         f = float(factor)
         return dataclasses.replace(self, fixed=self.fixed * f, per_sample=self.per_sample * f, times=self.times * f,
@@ -140,7 +141,7 @@ class OpProfile:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "OpProfile":
+    def from_dict(cls, d: Mapping[str, Any]) -> OpProfile:
         n, k = len(d["op_names"]), len(d["batch_sizes"])
         raw = np.asarray(d.get("raw_ns", []), dtype=np.float64)
         raw = np.where(raw < 0, np.nan, raw * 1e-9) if raw.size else np.full((k, 0, n), np.nan)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -65,7 +65,7 @@ class SegmentedLinear:
         return [(edges[s], edges[s + 1], self.slopes[s], self.intercepts[s])
                 for s in range(self.num_segments)]
 
-    def predict(self, nbytes: "float | Sequence[float] | np.ndarray") -> "float | np.ndarray":
+    def predict(self, nbytes: float | Sequence[float] | np.ndarray) -> float | np.ndarray:
         """Seconds for messages of `nbytes` (a scalar gives a float, an array an array)."""
         x = np.asarray(nbytes, dtype=np.float64)
         seg = np.searchsorted(np.asarray(self.breakpoints), x, side="right")
@@ -76,7 +76,7 @@ class SegmentedLinear:
     # ---- fitting --------------------------------------------------------------------------------
     @classmethod
     def fit(cls, nbytes: Sequence[float], seconds: Sequence[float], max_segments: int = 3,
-            min_gap: int = 2, floor_s: float = 1e-5) -> "SegmentedLinear":
+            min_gap: int = 2, floor_s: float = 1e-5) -> SegmentedLinear:
         """Least-squares fit (see the module docstring). Breakpoints are measured sizes, at least
         `min_gap` points apart and away from both ends."""
         x = np.asarray(nbytes, dtype=np.float64)
@@ -113,7 +113,7 @@ class SegmentedLinear:
 
     @classmethod
     def _from_hinges(cls, coef: np.ndarray, breaks: list[float], scale: float, err: float,
-                     fit_range: tuple[float, float]) -> "SegmentedLinear":
+                     fit_range: tuple[float, float]) -> SegmentedLinear:
         c0, slope = float(coef[0]), float(coef[1]) / scale
         intercept = c0
         slopes, intercepts = [slope], [intercept]
@@ -132,7 +132,7 @@ class SegmentedLinear:
                 "fit_range": None if self.fit_range is None else list(self.fit_range)}
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "SegmentedLinear":
+    def from_dict(cls, d: Mapping) -> SegmentedLinear:
         try:
             return cls(tuple(d["breakpoints"]), tuple(d["slopes"]), tuple(d["intercepts"]),
                        float(d.get("error", 0.0)),

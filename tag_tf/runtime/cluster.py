@@ -25,7 +25,8 @@ import sys
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tag_tf.errors import ClusterError
 from tag_tf.runtime.sessions import DEFAULT_TIMEOUT_MS, session_config
@@ -57,7 +58,7 @@ class ClusterSpec:
                 "timeout_ms": self.timeout_ms}
 
     @classmethod
-    def load(cls, path: str) -> "ClusterSpec":
+    def load(cls, path: str) -> ClusterSpec:
         import yaml
 
         from tag_tf.datafiles import CLUSTER_FILE_LIMIT, read_text
@@ -156,7 +157,7 @@ def untrusted_addresses(tasks: Sequence[str], unresolved: list[str] | None = Non
     return out
 
 
-def check_trusted(spec: "ClusterSpec", trusted_network: bool, resolve_timeout_s: float = 60.0) -> None:
+def check_trusted(spec: ClusterSpec, trusted_network: bool, resolve_timeout_s: float = 60.0) -> None:
     """Refuse a cluster reachable from public addresses unless the user says the network is trusted.
     Peer names that do not resolve yet (Kubernetes creates them as pods start) are retried."""
     if trusted_network:
@@ -256,7 +257,7 @@ class LocalCluster:
         """A fresh collective key: servers cache collective parameters per key across sessions."""
         return next(self._keys)
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         self.start()
         return self
 
@@ -286,7 +287,7 @@ class LocalCluster:
         if self.hide_gpus:          # host tensors over gRPC; leave GPUs to the client
             env["CUDA_VISIBLE_DEVICES"] = "-1"
         for i in range(self.num_tasks):
-            log = open(os.path.join(self._dir, f"task{i}.log"), "w+")
+            log = open(os.path.join(self._dir, f"task{i}.log"), "w+")  # noqa: SIM115 (stop() closes it)
             self._logs.append(log)
             self.procs.append(subprocess.Popen(
                 [sys.executable, "-m", "tag_tf.frontend.cli", "server", "--cluster", path, "--task", str(i),

@@ -12,7 +12,8 @@ import json
 import os
 import socket
 import time
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from tag_tf.context import EMULATED_HOST_ENV
 from tag_tf.errors import ClusterError

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -173,7 +174,7 @@ def run_compiled(analysis: Analysis, compiled: Compiled, initial: Mapping[str, n
         final = io.read(sess)
         copies = io.read_all(sess)
     spread = 0.0
-    for name, values in copies.items():
+    for _name, values in copies.items():
         for v in values[1:]:
             if np.issubdtype(np.asarray(v).dtype, np.number):
                 spread = max(spread, float(np.max(np.abs(np.asarray(v, np.float64) - np.asarray(values[0], np.float64)))) if np.size(v) else 0.0)

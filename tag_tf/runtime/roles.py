@@ -21,12 +21,14 @@ chief drives every step itself and the task only serves.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import json
 import os
 import sys
 import time
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from tag_tf.errors import ClusterError
 from tag_tf.runtime.cluster import DEFAULT_TIMEOUT_MS, TRUST_WARNING, ClusterSpec
@@ -162,10 +164,8 @@ def serve_at_exit(role: Role, server: Any) -> None:
     def serve() -> None:
         if not _SERVING_AT_EXIT.get(key):
             return
-        try:
+        with contextlib.suppress(ClusterError):       # the chief is gone: serve_until_done says so
             tell_chief(role, FINISHED_QUEUE)
-        except ClusterError:
-            pass                                  # the chief is gone: serve_until_done says so
         code = serve_until_done(role, server)
         if code:
             sys.stdout.flush()

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 DEFAULT_TIMEOUT_MS = 60_000
 CLOSE_DEADLINE_S = 10.0

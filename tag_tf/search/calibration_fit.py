@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -192,7 +193,7 @@ def fit_basins(cases: Sequence[Case], free: Sequence[str], peak_flops: dict[str,
     if len(types) > 1:
         starts += [(f"{k.partition(':')[2]} straggler", {k: STRAGGLER_START}) for k in types]
     results = []
-    for label, start in starts:
+    for _label, start in starts:
         results.append(fit(cases, free, name=name, start=start, progress=progress))
     chosen = choose_basin(results, peak_flops)
     limit = tie_limit(results)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from tag_tf.search.baselines import BASELINES, baseline
+from tag_tf.search.baselines import baseline, fixed_baselines
 from tag_tf.search.moves import Deadline, Evaluator, improve
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
@@ -40,7 +40,7 @@ def heterog_search(cost: Evaluator, topology: Topology, start: Strategy, start_t
 def heterog(sim: Simulator, topology: Topology, budget_s: float = 10.0) -> Strategy:
     """The HeteroG baseline strategy for `sim`'s graph on `topology` (searched for `budget_s`)."""
     cost = Evaluator(sim)
-    starts = {name: baseline(name, sim.num_groups, topology) for name in BASELINES}
+    starts = {name: baseline(name, sim.num_groups, topology) for name in fixed_baselines()}
     times = {name: cost(s) for name, s in starts.items()}
     best = min(times, key=times.__getitem__)
     strategy, _ = heterog_search(cost, topology, starts[best], times[best], Deadline.after(budget_s))

@@ -14,14 +14,21 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tag_tf.search.baselines import BASELINES, BEST_SUBSET, baseline, best_subset, device_capacities
+from tag_tf.search.baselines import (
+    BEST_SUBSET,
+    baseline,
+    best_subset,
+    device_capacities,
+    fixed_baselines,
+    template_baseline,
+)
 from tag_tf.search.heterog import heterog_search
-from tag_tf.search.moves import (Deadline, Evaluator, candidate_device_sets, coupled_blocks, improve,
-                                 tune_fusion)
+from tag_tf.search.moves import Deadline, Evaluator, candidate_device_sets, coupled_blocks, improve, tune_fusion
 from tag_tf.search.outcome import BaselineComparison
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
@@ -50,7 +57,7 @@ def local_search(sim: Simulator, topology: Topology, *, budget_s: float = 30.0, 
     start_time = time.perf_counter()
     n_groups = sim.num_groups
     cost = Evaluator(sim)
-    fixed = {name: baseline(name, n_groups, topology) for name in BASELINES}
+    fixed = {name: baseline(name, n_groups, topology) for name in fixed_baselines()}
     times = {name: cost(s) for name, s in fixed.items()}
     first = min(times, key=times.__getitem__)
     if np.isfinite(times[first]):
@@ -79,7 +86,7 @@ def local_search(sim: Simulator, topology: Topology, *, budget_s: float = 30.0, 
     for plan in [*candidates, GroupPlan((fastest,), Option.ALLREDUCE)]:
         if np.isfinite(best) and time.perf_counter() > deadline.end:
             break
-        start = dataclasses.replace(fixed["horovod-p"], groups=(plan,) * n_groups)
+        start = dataclasses.replace(fixed[template_baseline()], groups=(plan,) * n_groups)
         t = cost(start)
         if t < best * (1 - 1e-6):
             best, current = t, start

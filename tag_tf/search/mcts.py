@@ -28,14 +28,29 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tag_tf.search.baselines import BASELINES, BEST_SUBSET, baseline, best_subset, device_capacities
+from tag_tf.search.baselines import (
+    BEST_SUBSET,
+    baseline,
+    best_subset,
+    device_capacities,
+    fixed_baselines,
+    template_baseline,
+)
 from tag_tf.search.heterog import heterog_search
-from tag_tf.search.moves import (Deadline, Evaluator, _progress, candidate_device_sets, coupled_blocks, improve,
-                                 tune_fusion)
+from tag_tf.search.moves import (
+    Deadline,
+    Evaluator,
+    _progress,
+    candidate_device_sets,
+    coupled_blocks,
+    improve,
+    tune_fusion,
+)
 from tag_tf.search.outcome import BaselineComparison
 from tag_tf.search.priors import PRIORS, default_prior
 from tag_tf.search.refine import refine
@@ -146,7 +161,7 @@ def decision_order(analysis: Analysis) -> list[int]:
 
 
 
-def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsOptions(), *,
+def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsOptions(), *,  # noqa: B008 (frozen: one shared default is safe)
                 prior: str | PriorFn | None = None, weights: str | None = None,
                 record: list[VisitRecord] | None = None) -> MctsResult:
     """Plan `sim`'s graph on `topology` by MCTS (see the module doc). `prior` is "gnn" (the
@@ -162,7 +177,7 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
     rng = np.random.default_rng(options.seed)
     cost = Evaluator(sim)
     n_groups = sim.num_groups
-    fixed = {name: baseline(name, n_groups, topology) for name in BASELINES}
+    fixed = {name: baseline(name, n_groups, topology) for name in fixed_baselines()}
     times = {name: cost(s) for name, s in fixed.items()}
     first = min(times, key=times.__getitem__)
     if np.isfinite(times[first]) and options.heterog:
@@ -182,7 +197,7 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
     # Fused buckets; batch shares from the simulator's own (calibrated) device speeds.
     rates = np.asarray(sim.device_rates(), dtype=np.float64)
     shares = tuple(float(x) for x in rates / rates.sum()) if rates.sum() > 0 and np.all(rates > 0) else None
-    template = dataclasses.replace(fixed["horovod-p"], name="mcts", shares=shares)
+    template = dataclasses.replace(fixed[template_baseline()], name="mcts", shares=shares)
     uniform = np.full(len(actions), 1.0 / len(actions))
     if prior is None:
         prior = default_prior(d.type for d in topology.devices)

@@ -2,7 +2,7 @@
 import-free: the CLI's options read them)."""
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 PRIORS = ("gnn", "uniform")
 # "uniform" (pure MCTS) plans by default; "gnn" (the trained GNN shipped in search/weights/gnn.pt) on

@@ -36,7 +36,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import TYPE_CHECKING, Any, Sequence, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -405,13 +406,13 @@ def best_with_sfb(sim: Simulator, topology: Topology, result: R, *, time_limit_s
     from small factors, where the search had avoided replicating them), that is the plan, and an
     MCTS result says it fell back. The outcome returned is the winner's, with `simulations` and
     `total_s` counting every run made here."""
-    from tag_tf.search.baselines import BASELINES, baseline
+    from tag_tf.search.baselines import baseline, fixed_baselines
 
     outcome = apply_sfb(sim, result.strategy, time_limit_s=time_limit_s, deadline=deadline)
     baselines = dict(result.baselines)
     best, best_name = outcome, None
     simulations, seconds = outcome.simulations, outcome.total_s
-    for name in BASELINES:
+    for name in fixed_baselines():
         if not np.isfinite(result.baselines.get(name, np.inf)):
             baselines[name + "+sfb"] = np.inf
             continue

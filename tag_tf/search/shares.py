@@ -19,7 +19,8 @@ only when they simulate faster, then corrects them by simulation (`mcts.balance_
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 

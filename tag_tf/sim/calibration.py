@@ -20,7 +20,8 @@ import dataclasses
 import json
 import math
 import os
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -156,7 +157,7 @@ class Calibration:
         os.replace(tmp, path)
 
     @staticmethod
-    def from_dict(data: Mapping[str, Any], where: str = "calibration") -> "Calibration":
+    def from_dict(data: Mapping[str, Any], where: str = "calibration") -> Calibration:
         if not isinstance(data, Mapping) or data.get("format") != FORMAT:
             raise TagError(f"{where}: not a tag_tf calibration (field 'format' must be {FORMAT!r})")
         values = data.get("values")
@@ -175,7 +176,7 @@ class Calibration:
             raise TagError(f"{where}: {e}") from None
 
     @staticmethod
-    def load(path: str) -> "Calibration":
+    def load(path: str) -> Calibration:
         try:
             with open(path) as f:
                 data = json.load(f)

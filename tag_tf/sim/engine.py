@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 

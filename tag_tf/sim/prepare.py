@@ -16,10 +16,10 @@ import numpy as np
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.states import Flag, Kind
-from tag_tf.placement.fusion import FusionFacts
-from tag_tf.placement.layout import ColocationSets
 from tag_tf.ir import TensorRef
 from tag_tf.ir.opsets import VARIABLE_OPS
+from tag_tf.placement.fusion import FusionFacts
+from tag_tf.placement.layout import ColocationSets
 
 if TYPE_CHECKING:
     from tag_tf.profile.comm import CommModel

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.simplify import training_ops
 from tag_tf.analysis.states import Flag
-from tag_tf.placement.layout import ColocationSets, mp_partition, validated_duplicates
 from tag_tf.errors import StrategyError
+from tag_tf.placement.layout import ColocationSets, mp_partition, validated_duplicates
+from tag_tf.sim.calibration import member_counts
+from tag_tf.sim.calibration import resolve as resolve_calibration
 from tag_tf.sim.client import Client
-from tag_tf.sim.calibration import member_counts, resolve as resolve_calibration
 from tag_tf.sim.prepare import SOURCE, Prepared, device_types, prepare
 from tag_tf.strategy import Option, Strategy
 
@@ -101,7 +103,7 @@ class Simulator:
             costs = training_costs(analysis, device_types(topology), profile, cost_model, resolve=topology.gpu_type)
         self.costs = costs
         self._comm = comm
-        self._regrouped: dict[tuple[int, ...], "Simulator"] = {}
+        self._regrouped: dict[tuple[int, ...], Simulator] = {}
         self._own_groups = analysis.op_groups
         self.cpu_executor = cpu_executor
         self.nominal: Prepared = prepare(analysis, topology, costs, comm,       # datasheet physics
@@ -120,7 +122,7 @@ class Simulator:
         self._link_names = self.prepared.link_names
         self.client: Client | None = None
 
-    def with_client(self, client: Client | None) -> "Simulator":
+    def with_client(self, client: Client | None) -> Simulator:
         """The same simulator, its reports charging `client`'s feed and drive (sim.client) to each
         plan; None: the devices' iteration alone."""
         other = object.__new__(Simulator)
@@ -129,7 +131,7 @@ class Simulator:
         other._regrouped = {}
         return other
 
-    def with_calibration(self, calibration: Any) -> "Simulator":
+    def with_calibration(self, calibration: Any) -> Simulator:
         """The same graph and cluster under another calibration (op costs and expansion inputs are
         reused: this is what a calibration fit evaluates many times)."""
         from tag_tf import _simcore
@@ -144,7 +146,7 @@ class Simulator:
         other._regrouped = {}
         return other
 
-    def for_strategy(self, strategy: Strategy) -> "Simulator":
+    def for_strategy(self, strategy: Strategy) -> Simulator:
         """The simulator of the groups `strategy` plans (itself, unless the plan carries refined
         groups: then the same costs and physics on those groups, made once per grouping)."""
         if strategy.op_groups is None or tuple(strategy.op_groups) == self._own_groups:
@@ -249,7 +251,7 @@ class Simulator:
         np.add.at(traffic, (src[cross], dst[cross]), np.asarray(p.e_bytes, dtype=np.float64)[cross])
         return traffic
 
-    def op_edges(self) -> "OpEdges":
+    def op_edges(self) -> OpEdges:
         """The data edges between planned ops, one per (tensor, consuming planned op)."""
         p = self.prepared
         return OpEdges(np.asarray(p.e_src), np.asarray(p.e_dst), np.asarray(p.e_tensor),

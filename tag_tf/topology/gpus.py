@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 from tag_tf.errors import TopologyError
 
@@ -49,7 +49,7 @@ class GpuType:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "GpuType":
+    def from_dict(cls, d: Mapping) -> GpuType:
         return cls(name=str(d["name"]), peak_flops=float(d["peak_flops"]),
                    mem_bandwidth=float(d["mem_bandwidth"]), memory_bytes=int(d["memory_bytes"]),
                    launch_overhead_s=float(d["launch_overhead_s"]),

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from tag_tf.errors import TopologyError
+from tag_tf.topology.parse import load_file, topology_from_dict
 from tag_tf.topology.presets import cloud, local, testbed
 from tag_tf.topology.random_gen import random_topology
-from tag_tf.topology.parse import load_file, topology_from_dict
 from tag_tf.topology.spec import Topology
 
 PRESETS = ("testbed", "cloud", "testbed-nominal", "cloud-nominal", "local", "local:N", "random:SEED")
 
 
-def load_topology(spec: "str | Mapping | Topology") -> Topology:
+def load_topology(spec: str | Mapping | Topology) -> Topology:
     """A Topology from a preset name, a YAML/JSON file path, a dict, or a Topology."""
     if isinstance(spec, Topology):
         return spec

@@ -48,15 +48,23 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping, NoReturn
+from collections.abc import Mapping
+from typing import Any, NoReturn
 
 import yaml
 
 from tag_tf.errors import TopologyError
 from tag_tf.topology.gpus import GPU_TYPES, GpuType, gpu_type
 from tag_tf.topology.spec import DEFAULT_INTER_LATENCY, LINK_KINDS, GpuSpec, Machine, Topology
-from tag_tf.topology.units import (BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS, UnitError,
-                                   parse_bandwidth, parse_size, parse_time)
+from tag_tf.topology.units import (
+    BANDWIDTH_UNITS,
+    SIZE_UNITS,
+    TIME_UNITS,
+    UnitError,
+    parse_bandwidth,
+    parse_size,
+    parse_time,
+)
 
 DEFAULT_LINK_BANDWIDTH = {"nvlink": 50e9, "pcie": 15.75e9, "local": 100e9}   # bytes/s
 

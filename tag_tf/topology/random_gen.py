@@ -9,7 +9,7 @@ Generator, no global RNG).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

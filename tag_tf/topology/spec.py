@@ -29,7 +29,7 @@ import functools
 import hashlib
 import json
 import math
-from typing import Hashable, Iterable, Sequence, Union
+from collections.abc import Hashable, Iterable, Sequence
 
 from tag_tf.errors import TopologyError
 from tag_tf.topology.gpus import GPU_TYPES, GpuType, gpu_type
@@ -42,7 +42,7 @@ DEFAULT_INTER_LATENCY = 25e-6
 # A switch (every machine's port bandwidth unless its Machine.nic_bandwidth says otherwise),
 # a full machine-by-machine matrix (diagonal ignored), or None (single machine, or every machine
 # names its own nic_bandwidth).
-InterBandwidth = Union[float, tuple[tuple[float, ...], ...], None]
+InterBandwidth = float | tuple[tuple[float, ...], ...] | None
 
 
 def _check_bw(value: float, field: str) -> float:
@@ -107,7 +107,7 @@ class Machine:
 
     @classmethod
     def of(cls, name: str, gpu: str, count: int, intra_bandwidth: float, intra_link: str = "pcie",
-           nic_bandwidth: float | None = None, memory_bytes: int | None = None) -> "Machine":
+           nic_bandwidth: float | None = None, memory_bytes: int | None = None) -> Machine:
         """A machine of `count` identical GPUs of a built-in type (aliases accepted)."""
         t = gpu_type(gpu)
         spec = GpuSpec(t.name, memory_bytes or t.memory_bytes)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import analysis_of
+
 from tag_tf.analysis.grouping import MIN_BALANCED_GROUPS, colocation_pairs
 from tag_tf.analysis.simplify import training_ops
 from tag_tf.analysis.states import Kind
@@ -95,7 +95,7 @@ def test_dense_layers_join_their_weights_convolutions_stay_free():
     """An op that exchanges more bytes with a variable's set (weights in, gradient out) than with
     anything else joins it before METIS runs; a convolution, whose activations outweigh its kernel,
     is left to METIS."""
-    from tag_tf.analysis.grouping import _join_parameter_bound_ops, UnionFind
+    from tag_tf.analysis.grouping import UnionFind, _join_parameter_bound_ops
 
     # fc: a 4096x256 kernel (4 MiB) against 512 KiB of input; conv_0: a 3x3x3x32 kernel against
     # 4 MiB of output.

@@ -1,4 +1,6 @@
 """The equal-wall-clock GNN comparison: its verdict, its table, and its large clusters."""
+from pathlib import Path
+
 from benchmarks import gnn_wallclock
 
 
@@ -37,4 +39,4 @@ def test_auto_s_default_prior_is_the_shipped_benchmark_s_verdict():
     from tag_tf.search.priors import DEFAULT_PRIOR
 
     path = os.path.join(os.path.dirname(gnn_wallclock.__file__), "results", "gnn_wallclock.json")
-    assert json.load(open(path))["summary"]["verdict"] == DEFAULT_PRIOR
+    assert json.loads(Path(path).read_text())["summary"]["verdict"] == DEFAULT_PRIOR

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from pathlib import Path
 
 from benchmarks.__main__ import main
 from benchmarks.report import MARKDOWN, SECTIONS
@@ -63,7 +64,7 @@ def test_text_outside_the_generated_sections_states_no_measured_figure():
 
     from benchmarks.report import MARKDOWN
 
-    text = open(MARKDOWN).read()
+    text = Path(MARKDOWN).read_text()
     outside = re.sub(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", "", text, flags=re.S)
     figures = [line for line in outside.splitlines()
                if re.search(r"\d(\.\d+)?\s?(ms\b|%|x\b|us\b)", line) and not line.startswith("#")]

@@ -5,8 +5,8 @@ import functools
 
 import numpy as np
 import pytest
-
 from conftest import analysis_of, batches
+
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.context import PassContext
 from tag_tf.runtime.equivalence import check_equivalence, noise_floor, run_original
@@ -16,7 +16,7 @@ from tag_tf.strategy import Option, Strategy
 STEPS = 3
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference(name: str, **kw):
     model, a = analysis_of(name, **kw)
     feeds = batches(model, STEPS)

@@ -5,15 +5,15 @@ import dataclasses
 
 import numpy as np
 import pytest
-
 from conftest import analysis_of
+from test_equivalence import verify
+
 from tag_tf.compiler import DeviceMap, compile_strategy
-from tag_tf.placement.fusion import HOROVOD_FUSION_BYTES, Request, assign_buckets, sync_levels
 from tag_tf.context import PassContext
+from tag_tf.placement.fusion import HOROVOD_FUSION_BYTES, Request, assign_buckets, sync_levels
 from tag_tf.search.baselines import baseline, random_strategy
 from tag_tf.strategy import Option, Strategy
 from tag_tf.topology.load import load_topology
-from test_equivalence import verify
 
 
 def _req(rank: int, nbytes: int = 100, devices=(0, 1), dtype="float32", level=1, fusable=True) -> Request:

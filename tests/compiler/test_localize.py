@@ -6,8 +6,8 @@ evenly); these tests check the cut itself."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import analysis_of
+
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.compiler.compile import instance_key_base
 from tag_tf.compiler.localize import NotLocal, localize, task_of

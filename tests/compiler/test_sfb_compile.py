@@ -8,12 +8,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
-
 from conftest import analysis_of, batches
+
 from tag_tf.compiler import DeviceMap, compile_strategy
-from tag_tf.placement.layout import validated_duplicates
 from tag_tf.context import PassContext
 from tag_tf.errors import StrategyError
+from tag_tf.placement.layout import validated_duplicates
 from tag_tf.runtime.equivalence import check_equivalence, noise_floor, run_original
 from tag_tf.search.baselines import random_strategy
 from tag_tf.search.sfb import SfbSolver, duplicated_op_types
@@ -128,7 +128,7 @@ def transpose_net(batch: int):
     return from_graph_def(g.as_graph_def())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def transpose_analysis():
     from tag_tf.analysis import analyze
     from tag_tf.profile.weights import reference_weights

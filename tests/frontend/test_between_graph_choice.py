@@ -4,8 +4,8 @@ other task each step, which the whole-replica plans every task drives itself do 
 from __future__ import annotations
 
 import pytest
-
 from conftest import analysis_of
+
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.compiler.compile import instance_key_base
 from tag_tf.compiler.localize import NotLocal, localize

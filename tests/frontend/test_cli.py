@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -72,7 +73,7 @@ def test_plan_then_simulate_the_plan(capsys, tmp_path):
     assert set(out["baselines_s"]) == {"dp", "dp-p", "horovod", "horovod-p", "heterog", "best-subset", "dp+sfb",
                                        "dp-p+sfb", "horovod+sfb", "horovod-p+sfb"}
     assert out["speedup_vs_best_subset"] >= 1.0 - 1e-9
-    assert out["iteration_time_s"] <= min(out["baselines_s"].values()) and 0 < sim["lower_bound_s"]
+    assert out["iteration_time_s"] <= min(out["baselines_s"].values()) and sim["lower_bound_s"] > 0
 
 
 def test_plan_with_and_without_sfb(capsys, tmp_path):
@@ -274,7 +275,7 @@ def test_a_planned_auto_never_replaces_a_faster_cached_plan(capsys, tmp_path, mo
             "--groups", "8", "--json")
     code, first, _ = run_json(capsys, *argv)
     assert code == 0 and first["plan_cache"]
-    entry = open(first["plan_cache"]).read()
+    entry = Path(first["plan_cache"]).read_text()
     code, second, _ = run_json(capsys, *argv)
     assert code == 0 and second["plan_cache"] is None and second["iteration_time_s"] == first["iteration_time_s"]
-    assert open(first["plan_cache"]).read() == entry
+    assert Path(first["plan_cache"]).read_text() == entry

@@ -6,6 +6,7 @@ import collections
 import contextlib
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -239,7 +240,7 @@ def test_plan_cache_hit_on_second_run(cache, monkeypatch):
         assert d.plans[0].cache_hit is expected_hit
     assert calls == ["auto"]                               # planned once
     files = os.listdir(os.path.join(cache, "plans"))
-    assert len(files) == 1 and json.load(open(os.path.join(cache, "plans", files[0])))["request"] == "auto"
+    assert len(files) == 1 and json.loads(Path(os.path.join(cache, "plans", files[0])).read_text())["request"] == "auto"
 
 
 @pytest.mark.parametrize("name", ["horovod", "horovod-p", "heterog"])

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 from conftest import analysis_of
+
 from tag_tf.frontend.planning import PLANNER_VERSION, PlanCache, grouping_digest
 from tag_tf.profile.db import ProfileDB, default_db_path
 from tag_tf.strategy import Option, Strategy
@@ -57,7 +59,7 @@ def test_sfb_requests_are_planned_cached_and_checked(tmp_path):
     assert first.strategy.name == "dp+sfb" and first.strategy.sfb and not first.cache_hit
     again = resolve_strategy(a, topo, "dp+sfb", cache_dir=str(tmp_path))
     assert again.cache_hit and again.strategy == first.strategy
-    entry = json.loads(open(first.cache_path).read())
+    entry = json.loads(Path(first.cache_path).read_text())
     entry["strategy"]["sfb"][0]["ops"] = ["no/such/op"]
     with open(first.cache_path, "w") as f:
         json.dump(entry, f)

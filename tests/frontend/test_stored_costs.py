@@ -69,8 +69,8 @@ def test_profile_costs_change_the_plan_when_they_should(capsys, tmp_path):
     MLP is compute-bound: the plan then splits the batch over both devices. A profile of another
     graph changes nothing."""
     from tag_tf.frontend.loading import model_ir
-    from tag_tf.models import build_model
     from tag_tf.measure.ops import profile_model
+    from tag_tf.models import build_model
 
     db = ProfileDB(tmp_path / "profiles")
     topology = two_cpu_machines(tmp_path)
@@ -97,6 +97,7 @@ def test_profile_costs_change_the_plan_when_they_should(capsys, tmp_path):
 
 def test_plans_cached_under_other_costs_are_other_plans(tmp_path):
     from conftest import analysis_of
+
     from tag_tf.frontend.planning import PlanCache, resolve_strategy, stored_costs_for
     from tag_tf.measure.ops import profile_model
     from tag_tf.topology.load import load_topology

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import hand_built, zoo
+
 from tag_tf.errors import GraphError
 from tag_tf.ir import TensorRef, from_file, from_graph_def, load_graph_file
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from conftest import analysis_of
+
 from tag_tf.errors import ProfileError
+from tag_tf.localmachine import model as lm
 from tag_tf.profile.db import ProfileDB
 from tag_tf.search.baselines import data_parallel
-from tag_tf.localmachine import model as lm
 from tag_tf.strategy import Option, Strategy
 
 SIZES = (256, 1 << 16)          # two message sizes keep the measurements short
@@ -73,8 +73,9 @@ def test_setups_and_errors():
 
 def test_executor_overhead_spreads_the_untraced_remainder(machine):
     _, m = machine
-    from tag_tf.profile.op_profile import OpProfile
     import numpy as np
+
+    from tag_tf.profile.op_profile import OpProfile
 
     prof = OpProfile("cpu", ("a", "b"), np.array([1e-3, 0.0]), np.array([0.0, 1e-4]), (2, 4),
                      np.array([[1e-3, 1e-3], [2e-4, 4e-4]]), np.full((2, 1, 2), np.nan),

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import analysis_of
+
 from tag_tf.errors import ProfileError
 from tag_tf.localmachine import model as lm
 from tag_tf.localmachine.corun import corun_walls

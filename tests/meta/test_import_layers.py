@@ -7,6 +7,7 @@ import ast
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tag_tf")
 
@@ -24,7 +25,7 @@ def modules() -> dict[str, str]:
 def imports(path: str, known: set[str]) -> set[str]:
     """tag_tf modules a file imports, anywhere in it (`from pkg import sub` names the submodule)."""
     out = set()
-    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+    for node in ast.walk(ast.parse(Path(path).read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name in known)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module in known:
@@ -97,7 +98,7 @@ def private_imports(path: str, module: str) -> list[str]:
     """`_name`s this file imports from another tag_tf package (a private helper used as if public)."""
     package = module.split(".")[1] if module.count(".") >= 1 else ""
     found = []
-    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+    for node in ast.walk(ast.parse(Path(path).read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("tag_tf."):
             if node.module.split(".")[1] == package:
                 continue

@@ -1,5 +1,6 @@
-"""ruff (syntax, undefined and unused names) over the whole repository and mypy over tag_tf, with the
-pinned versions and the configuration in pyproject.toml; `make test` runs them with the suite."""
+"""ruff (errors, sorted imports, bugbear, simplify, pyupgrade) over the whole repository and mypy over
+tag_tf, with the pinned versions and the configuration in pyproject.toml; `make test` runs them with
+the suite."""
 from __future__ import annotations
 
 import os

@@ -20,7 +20,7 @@ TRAINABLE = ("mlp", "cnn", "transformer", "bert-small")
 RANDOM_OP_MARKERS = ("Random", "TruncatedNormal", "Multinomial")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tiny(name: str, **kwargs) -> ModelGraph:
     """Tiny builds are shared across tests: the tf-slim nets take seconds each."""
     return build_model(name, tiny=True, **kwargs)

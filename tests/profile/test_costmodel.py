@@ -12,8 +12,7 @@ import pytest
 from tag_tf.errors import ProfileError
 from tag_tf.ir import from_graph_def
 from tag_tf.models import build_model
-from tag_tf.profile.costmodel import (DEFAULT_GPU_CONSTANTS, CostModel, CostModelConstants, calibrate,
-                                      load_constants)
+from tag_tf.profile.costmodel import DEFAULT_GPU_CONSTANTS, CostModel, CostModelConstants, calibrate, load_constants
 from tag_tf.profile.costs import OpCosts, model_line, op_costs
 from tag_tf.profile.flops import CLASS_INDEX, OP_CLASSES, OpWork, graph_work_detail
 from tag_tf.profile.op_profile import OpProfile

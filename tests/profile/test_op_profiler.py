@@ -10,8 +10,8 @@ import pytest
 from tensorflow.core.framework import step_stats_pb2
 
 from tag_tf.errors import ProfileError
-from tag_tf.models import build_model
 from tag_tf.measure.ops import check_same_ops, profile_model, resolve_device
+from tag_tf.models import build_model
 from tag_tf.profile.op_profile import OpProfile, fit_linear, op_times_from_step_stats, repeat_noise
 
 FIT_SIZES = (4, 16, 48)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,10 +42,10 @@ def _save_two(model_dir: str) -> list[str]:
 
 def _corrupt(prefix: str) -> None:
     data = prefix + ".data-00000-of-00001"
-    raw = bytearray(open(data, "rb").read())
+    raw = bytearray(Path(data).read_bytes())
     for i in range(len(raw)):
         raw[i] ^= 0xFF
-    open(data, "wb").write(bytes(raw))
+    Path(data).write_bytes(bytes(raw))
 
 
 def _restore_under_tag_tf(path: str) -> int:

@@ -6,8 +6,8 @@ import re
 
 import numpy as np
 import pytest
-
 from conftest import analysis_of, batches
+
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.context import PassContext
 from tag_tf.errors import ClusterError

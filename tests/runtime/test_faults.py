@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import tensorflow as tf
 
@@ -48,7 +49,7 @@ def _wait(proc: subprocess.Popen, what: str) -> int:
         return proc.wait(timeout=DEADLINE_S)
     except subprocess.TimeoutExpired:
         proc.kill()
-        raise AssertionError(f"{what} still running after {DEADLINE_S} s")
+        raise AssertionError(f"{what} still running after {DEADLINE_S} s") from None
 
 
 def _saved_step(model_dir: str) -> int:
@@ -67,14 +68,14 @@ def test_a_killed_worker_is_named_and_the_run_resumes_on_fewer_machines(tmp_path
     try:
         deadline = time.monotonic() + DEADLINE_S
         while _saved_step(model_dir) < 6:           # two checkpoints written: well into training
-            assert time.monotonic() < deadline, open(procs[0][1]).read()[-3000:]
-            assert procs[0][0].poll() is None, open(procs[0][1]).read()[-3000:]
+            assert time.monotonic() < deadline, Path(procs[0][1]).read_text()[-3000:]
+            assert procs[0][0].poll() is None, Path(procs[0][1]).read_text()[-3000:]
             time.sleep(0.2)
         os.kill(procs[2][0].pid, signal.SIGKILL)    # worker 1 is gone for good
         assert _wait(procs[0][0], "the chief") != 0
-        chief_log = open(procs[0][1]).read()
+        chief_log = Path(procs[0][1]).read_text()
         assert f"127.0.0.1:{ports[2]}" in chief_log and "died or became unreachable" in chief_log, chief_log[-3000:]
-        assert _wait(procs[1][0], "the surviving worker") == 0, open(procs[1][1]).read()[-3000:]
+        assert _wait(procs[1][0], "the surviving worker") == 0, Path(procs[1][1]).read_text()[-3000:]
     finally:
         for proc, _ in procs:
             if proc.poll() is None:
@@ -86,14 +87,14 @@ def test_a_killed_worker_is_named_and_the_run_resumes_on_fewer_machines(tmp_path
     cluster, _ = _cluster(2)
     procs = [_start(tmp_path, f"two{i}", model_dir, 4, cfg) for i, cfg in enumerate(_tasks(cluster))]
     for i, (proc, log) in enumerate(procs):
-        assert _wait(proc, f"task {i}") == 0, open(log).read()[-3000:]
+        assert _wait(proc, f"task {i}") == 0, Path(log).read_text()[-3000:]
     assert _start_step(procs[0][1]) == saved
-    assert "cpu-2x1" in open(procs[0][1]).read()
+    assert "cpu-2x1" in Path(procs[0][1]).read_text()
     assert _saved_step(model_dir) == saved + 4
 
     # And on one process.
     proc, log = _start(tmp_path, "one", model_dir, 2)
-    assert _wait(proc, "the single process") == 0, open(log).read()[-3000:]
+    assert _wait(proc, "the single process") == 0, Path(log).read_text()[-3000:]
     assert _start_step(log) == saved + 4 and _saved_step(model_dir) == saved + 6
 
 
@@ -113,13 +114,13 @@ def test_a_killed_worker_is_named_when_every_task_drives_its_own_step(tmp_path):
                                            stderr=subprocess.STDOUT, text=True), log))
     try:
         deadline = time.monotonic() + DEADLINE_S
-        while "step 20 " not in open(procs[0][1]).read():
-            assert time.monotonic() < deadline and procs[0][0].poll() is None, open(procs[0][1]).read()[-3000:]
+        while "step 20 " not in Path(procs[0][1]).read_text():
+            assert time.monotonic() < deadline and procs[0][0].poll() is None, Path(procs[0][1]).read_text()[-3000:]
             time.sleep(0.2)
-        assert "between-graph" in open(procs[0][1]).read()
+        assert "between-graph" in Path(procs[0][1]).read_text()
         os.kill(procs[1][0].pid, signal.SIGKILL)
         assert _wait(procs[0][0], "the chief") != 0
-        chief_log = open(procs[0][1]).read()
+        chief_log = Path(procs[0][1]).read_text()
         assert f"127.0.0.1:{ports[1]}" in chief_log and "died or became unreachable" in chief_log, chief_log[-3000:]
     finally:
         for proc, _ in procs:

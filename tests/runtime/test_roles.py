@@ -123,7 +123,7 @@ def test_one_script_three_tasks_with_tf_config(tmp_path, strategy):
     # The loss's sum over the tasks (the accuracy is gathered: a mean of a cast, not a sum of partials).
     riding = "1 whole-batch fetch(es) summed over the tasks ride the gradients' all-reduce"
     assert [riding in err for _, err in outputs[:3]] == [strategy == "horovod"] * 3
-    for out, err in outputs[:3]:
+    for out, _err in outputs[:3]:
         assert len(_losses(out)) == 3
         np.testing.assert_allclose(_losses(out), _losses(outputs[3][0]), rtol=1e-4)
         assert re.findall(r"accuracy ([0-9.]+)", out) == re.findall(r"accuracy ([0-9.]+)", outputs[3][0])
@@ -190,7 +190,7 @@ def test_public_cluster_addresses_need_trusted_network(tmp_path):
 def _three_tasks(tmp_path, envs: list[dict], extra: list[list[str]]) -> list[tuple[subprocess.Popen, str, str]]:
     """Start the example script in 3 processes (envs[i], extra args[i]); their outputs, all exited."""
     procs = []
-    for i, (env_extra, args) in enumerate(zip(envs, extra)):
+    for _i, (env_extra, args) in enumerate(zip(envs, extra)):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=str(tmp_path / "cache"), **env_extra)
         env.pop("TF_CONFIG", None)
         procs.append(subprocess.Popen([sys.executable, SCRIPT, "--tiny", "--steps", "3", "--batch", "12", "--strategy",

@@ -4,8 +4,8 @@ baselines every search reports and beats."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import analysis_of
+
 from tag_tf.search.baselines import BEST_SUBSET, baseline, best_subset, machine_subsets
 from tag_tf.search.mcts import MctsOptions, mcts_search
 from tag_tf.search.moves import Evaluator

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
 from conftest import analysis_of
+
 from tag_tf.errors import WeightsError
 from tag_tf.frontend.cli import main
 from tag_tf.search.gnn import GnnPrior, GraphFeatures, load_weights, save_weights, shipped_weights, untrained
@@ -55,7 +56,7 @@ def test_weights_round_trip_and_refusals(tmp_path):
     (tmp_path / "junk.pt").write_bytes(b"\x00not a torch file" * 10)
     with pytest.raises(WeightsError, match="junk.pt: not a GNN weights file"):
         load_weights(str(tmp_path / "junk.pt"))
-    raw = open(path, "rb").read()
+    raw = Path(path).read_bytes()
     (tmp_path / "cut.pt").write_bytes(raw[: len(raw) // 2])
     with pytest.raises(WeightsError, match="cut.pt: not a GNN weights file"):
         load_weights(str(tmp_path / "cut.pt"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 from conftest import analysis_of, batches
+
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.context import PassContext
 from tag_tf.runtime.equivalence import check_equivalence

@@ -8,8 +8,8 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import analysis_of
+
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.context import PassContext
 from tag_tf.errors import StrategyError
@@ -40,6 +40,7 @@ def refined_plan(name: str, devices: int, seed: int = 0, a=None):
 @pytest.mark.parametrize("name, devices", [("transformer", 4), ("cnn", 3)])
 def test_a_refined_plan_compiles_to_an_equivalent_graph(name, devices):
     from conftest import batches
+
     from tag_tf.runtime.equivalence import check_equivalence
 
     model, _ = analysis_of(name)
@@ -48,7 +49,7 @@ def test_a_refined_plan_compiles_to_an_equivalent_graph(name, devices):
     refined = a.for_strategy(plan)
     assert len(refined.grouping.groups) == len(plan.groups)
     # Each split group's ops are now two groups, planned on different devices.
-    for k, child in enumerate(range(len(base.groups), len(plan.groups))):
+    for _k, child in enumerate(range(len(base.groups), len(plan.groups))):
         parent = [g for g in range(len(base.groups))
                   if set(refined.grouping.groups[child].ops) < set(a.grouping.groups[g].ops)]
         assert len(parent) == 1

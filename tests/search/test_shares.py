@@ -5,8 +5,8 @@ import dataclasses
 
 import numpy as np
 import pytest
-
 from conftest import analysis_of
+
 from tag_tf.search.shares import MIN_SHARE, ShareSolver
 from tag_tf.sim.simulator import Simulator
 from tag_tf.strategy import GroupPlan, Option, Strategy

@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import analysis_of
+
 from tag_tf.errors import TagError
 from tag_tf.search.baselines import baseline
 from tag_tf.search.calibration_fit import Case, fit, simulate_cases

@@ -5,8 +5,8 @@ fastest (measured: 25.9 ms a step there against 1.7 ms on the chief's host, benc
 from __future__ import annotations
 
 import pytest
-
 from conftest import analysis_of
+
 from tag_tf.frontend.planning import plan, simulator
 from tag_tf.sim.client import Client, fed_bytes
 from tag_tf.strategy import Option, Strategy

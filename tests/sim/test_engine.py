@@ -8,8 +8,16 @@ import numpy as np
 import pytest
 
 from tag_tf.errors import TagError
-from tag_tf.sim.engine import (CycleError, Engine, SimResult, SimSummary, TaskGraph, TaskGraphBuilder,
-                               make_task_graph, simulate)
+from tag_tf.sim.engine import (
+    CycleError,
+    Engine,
+    SimResult,
+    SimSummary,
+    TaskGraph,
+    TaskGraphBuilder,
+    make_task_graph,
+    simulate,
+)
 
 INF = np.iinfo(np.int64).max
 

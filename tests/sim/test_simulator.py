@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import analysis_of
+
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.context import PassContext
 from tag_tf.profile.costs import OpCosts

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,7 +37,7 @@ def test_trace_is_valid_json_with_every_task_once(tmp_path):
     g = _graph()
     r = simulate(g)
     path = write_chrome_trace(tmp_path / "trace.json", g, r, held_rows=False)
-    trace = json.loads(open(path).read())
+    trace = json.loads(Path(path).read_text())
     events = trace["traceEvents"]
     xs = [e for e in events if e["ph"] == "X"]
     assert Counter(e["args"]["task"] for e in xs) == Counter(range(g.num_tasks))
@@ -96,7 +97,7 @@ def test_gantt_writes_png(tmp_path):
     g = _graph()
     r = simulate(g)
     path = plot_gantt(g, r, tmp_path / "gantt.png", title="toy")
-    data = open(path, "rb").read()
+    data = Path(path).read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
 
 
@@ -113,6 +114,6 @@ def test_gantt_with_thousands_of_tasks(tmp_path):
     g = b.build()
     r = simulate(g)
     path = plot_gantt(g, r, tmp_path / "big.png")
-    assert open(path, "rb").read(4) == b"\x89PNG"
+    assert Path(path).read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ValueError, match="categories: expected 3000 entries"):
         plot_gantt(g, r, tmp_path / "bad.png", categories=("x",))

@@ -10,10 +10,9 @@ import yaml
 
 from tag_tf.errors import TopologyError
 from tag_tf.frontend.cli import main as cli_main
-from tag_tf.topology import (GPU_TYPES, GpuSpec, Machine, Topology, gpu_type, load_topology,
-                             presets, random_topology)
-from tag_tf.topology.parse import topology_from_dict
+from tag_tf.topology import GPU_TYPES, GpuSpec, Machine, Topology, gpu_type, load_topology, presets, random_topology
 from tag_tf.topology.gpus import type_from_device_name
+from tag_tf.topology.parse import topology_from_dict
 from tag_tf.topology.units import parse_bandwidth
 
 GBPS = 1e9 / 8

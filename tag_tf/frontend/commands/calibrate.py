@@ -14,11 +14,13 @@ import json
 import math
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tag_tf.errors import TagError
+from tag_tf.search.baselines import Names, fittable_baselines
 
 if TYPE_CHECKING:
     from tag_tf.analysis import Analysis
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from tag_tf.topology.spec import Topology
 
 MEASUREMENTS_FORMAT = "tag_tf.measurements/1"
-FITTABLE_STRATEGIES = ("dp", "dp-p", "horovod", "horovod-p")
+FITTABLE_STRATEGIES = Names(fittable_baselines)     # what the simulator can judge from a measured step
 ROLES = ("fit", "held_out")
 
 

@@ -8,13 +8,21 @@ import sys
 from typing import TYPE_CHECKING, Any, cast
 
 from tag_tf.errors import StrategyError
-from tag_tf.frontend.loading import add_cost_args, add_model_args, apply_cost_args, analysis_for, load, model_kwargs, stored_costs
+from tag_tf.frontend.loading import (
+    add_cost_args,
+    add_model_args,
+    analysis_for,
+    apply_cost_args,
+    load,
+    model_kwargs,
+    stored_costs,
+)
 from tag_tf.search.priors import PRIORS
 
 if TYPE_CHECKING:
     from tag_tf.frontend.planning import PlanCache
-    from tag_tf.search.mcts import MctsResult
     from tag_tf.localmachine.model import LocalSimulator
+    from tag_tf.search.mcts import MctsResult
     from tag_tf.sim.simulator import Simulator
 
 
@@ -63,12 +71,19 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from tag_tf.context import Options, PassContext
-    from tag_tf.frontend.planning import (LOCAL_CALIBRATION, PlanCache, local_machine_simulator, local_setup, search,
-                                          simulator, stamped)
+    from tag_tf.frontend.planning import (
+        LOCAL_CALIBRATION,
+        PlanCache,
+        local_machine_simulator,
+        local_setup,
+        search,
+        simulator,
+        stamped,
+    )
+    from tag_tf.localmachine.runtime import RUNTIMES, configure_runtime
     from tag_tf.search.local_search import NOTHING_FITS, describe
     from tag_tf.search.mcts import MctsOptions
     from tag_tf.search.sfb import duplicated_op_types
-    from tag_tf.localmachine.runtime import RUNTIMES, configure_runtime
     from tag_tf.topology.load import load_topology
 
     local = args.calibration == LOCAL_CALIBRATION

@@ -62,9 +62,9 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
 
 def run(args: argparse.Namespace) -> int:
     from tag_tf.frontend.loading import model_ir
+    from tag_tf.measure.ops import profile_model, resolve_device
     from tag_tf.models import build_model
     from tag_tf.profile.db import ProfileDB, default_db_path
-    from tag_tf.measure.ops import profile_model, resolve_device
 
     sizes = parse_batch_sizes(args.batch_sizes)
     if args.repeats < 1:

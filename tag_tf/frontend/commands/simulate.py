@@ -4,15 +4,25 @@ from __future__ import annotations
 import json
 import sys
 
-from tag_tf.frontend.loading import (FUSION_HELP, STRATEGY_HELP, add_cost_args, apply_cost_args, add_model_args, analysis_for, load,
-                                     stored_costs, strategy_from_spec, with_fusion)
+from tag_tf.frontend.loading import (
+    FUSION_HELP,
+    add_cost_args,
+    add_model_args,
+    analysis_for,
+    apply_cost_args,
+    load,
+    stored_costs,
+    strategy_from_spec,
+    strategy_help,
+    with_fusion,
+)
 
 
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="predict iteration time and memory of a strategy (simulated)")
     add_model_args(p)
     p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED) or file")
-    p.add_argument("--strategy", default="dp", help=STRATEGY_HELP)
+    p.add_argument("--strategy", default="dp", help=strategy_help())
     p.add_argument("--fusion", help=FUSION_HELP)
     p.add_argument("--groups", type=int, default=60)
     p.add_argument("--trace", help="write a Chrome/Perfetto trace of the simulated iteration here")

@@ -49,11 +49,11 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _discover(cluster: str, trusted_network: bool) -> tuple[Topology, dict]:
-    from tag_tf.errors import ClusterError
     from tag_tf.context import default_cache_dir
+    from tag_tf.errors import ClusterError
+    from tag_tf.measure.links import discover
     from tag_tf.runtime import roles
     from tag_tf.runtime.cluster import ClusterSpec, check_trusted
-    from tag_tf.measure.links import discover
 
     if cluster.lower() == "tf_config":
         role = roles.from_tf_config()

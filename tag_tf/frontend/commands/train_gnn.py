@@ -28,7 +28,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from tag_tf.models import MODEL_NAMES
-    from tag_tf.search.gnn_training import TrainOptions, Trainer
+    from tag_tf.search.gnn_training import Trainer, TrainOptions
 
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     unknown = [m for m in models if m not in MODEL_NAMES]

@@ -9,8 +9,15 @@ import time
 import numpy as np
 
 from tag_tf.errors import TagError
-from tag_tf.frontend.loading import (FUSION_HELP, STRATEGY_HELP, add_model_args, analysis_for, load,
-                                     strategy_from_spec, with_fusion)
+from tag_tf.frontend.loading import (
+    FUSION_HELP,
+    add_model_args,
+    analysis_for,
+    load,
+    strategy_from_spec,
+    strategy_help,
+    with_fusion,
+)
 
 
 def register(sub) -> None:
@@ -19,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("--devices", type=int, required=True, help="number of devices (virtual CPU devices here)")
     p.add_argument("--processes", type=int, default=1,
                    help="server processes on 127.0.0.1 (devices are spread evenly over them)")
-    p.add_argument("--strategy", default="dp", help=STRATEGY_HELP)
+    p.add_argument("--strategy", default="dp", help=strategy_help())
     p.add_argument("--fusion", help=FUSION_HELP)
     p.add_argument("--shares", help="per-device batch shares, e.g. 1,2,3 (uneven split)")
     p.add_argument("--steps", type=int, default=3)
