@@ -29,8 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.report import measured_when, stamp  # noqa: E402
 from tag_tf.frontend.commands.calibrate import CaseBuilder, calibrate  # noqa: E402
-from tag_tf.search.baselines import baseline  # noqa: E402
 from tag_tf.search.local_search import local_search  # noqa: E402
+from tag_tf.search.registry import baseline  # noqa: E402
 from tag_tf.sim.calibration import Calibration  # noqa: E402
 from tag_tf.sim.simulator import Simulator  # noqa: E402
 from tag_tf.topology.load import load_topology  # noqa: E402

@@ -432,7 +432,7 @@ def whole_steps(cases: Cases, table, models=PAPER_MODELS, progress=print) -> dic
     from tag_tf.profile.costmodel import CostModel
     from tag_tf.profile.flops import graph_work_detail
     from tag_tf.profile.weights import reference_weights
-    from tag_tf.search.baselines import baseline
+    from tag_tf.search.registry import baseline
     from tag_tf.sim.simulator import Simulator
     from tag_tf.topology.load import load_topology
 

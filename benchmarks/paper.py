@@ -48,13 +48,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tag_tf.search.baselines import Names, baseline_names
+from tag_tf.search.registry import Names, baseline_names
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "paper_measurements.json")
 MODELS = ("vgg19", "resnet101", "inceptionv3", "transformer", "bert-small", "bert-large")
 QUICK_MODELS = ("mlp", "cnn", "transformer")
-# Every registered baseline (tag_tf.search.baselines.REGISTRY), then auto: the tables' columns.
+# Every registered baseline (tag_tf.search.registry.REGISTRY), then auto: the tables' columns.
 SYSTEMS = Names(lambda: (*baseline_names(), "auto"))
 BEGIN, END = "<!-- paper-evaluation:begin -->", "<!-- paper-evaluation:end -->"
 # Paper, speed-up of TAG over DP-NCCL on the cloud (its table; VGG19/InceptionV3 rows swapped back
@@ -178,8 +178,8 @@ def run_homogeneous(quick: bool, budget: float, progress: Callable[[str], None])
 
     from tag_tf.context import Options, PassContext
     from tag_tf.frontend.loading import analysis_for, load
-    from tag_tf.search.baselines import baseline
     from tag_tf.search.mcts import MctsOptions, mcts_search
+    from tag_tf.search.registry import baseline
     from tag_tf.sim.calibration import shipped_path
     from tag_tf.sim.simulator import Simulator
     from tag_tf.strategy import Option, Strategy
@@ -225,8 +225,8 @@ def run_sfb(quick: bool, budget: float, progress: Callable[[str], None]) -> dict
 
     from tag_tf.context import Options, PassContext
     from tag_tf.frontend.loading import analysis_for, load
-    from tag_tf.search.baselines import baseline
     from tag_tf.search.mcts import MctsOptions, mcts_search
+    from tag_tf.search.registry import baseline
     from tag_tf.search.sfb import apply_sfb, best_with_sfb, duplicated_op_types
     from tag_tf.sim.calibration import shipped_path
     from tag_tf.sim.simulator import Simulator

@@ -34,8 +34,8 @@ from tag_tf.errors import StrategyError  # noqa: E402
 from tag_tf.frontend.loading import model_ir  # noqa: E402
 from tag_tf.models import MODEL_NAMES, build_model  # noqa: E402
 from tag_tf.profile.weights import reference_weights  # noqa: E402
-from tag_tf.search.heterog import heterog  # noqa: E402
 from tag_tf.search.local_search import local_search  # noqa: E402
+from tag_tf.search.registry import make_baseline  # noqa: E402
 from tag_tf.sim.simulator import Simulator  # noqa: E402
 from tag_tf.topology.load import load_topology  # noqa: E402
 
@@ -92,7 +92,7 @@ def main() -> int:
             sim = Simulator(analysis, topology)
             prepare_s = time.perf_counter() - t0
             result = local_search(sim, topology, budget_s=args.budget)
-            alone_s = _simulated(sim, heterog(sim, topology, budget_s=args.budget))
+            alone_s = _simulated(sim, make_baseline("heterog", sim.num_groups, topology, lambda sim=sim: sim, args.budget))
             auto = result.iteration_time_s
             row = {
                 "model": name, "topology": topo_name, "batch": analysis.batch_size,

@@ -29,7 +29,7 @@ sys.path.insert(0, ROOT)
 
 
 def strategies(analysis, topology):
-    from tag_tf.search.baselines import baseline
+    from tag_tf.search.registry import baseline
     from tag_tf.search.sfb import SfbSolver, apply_sfb
     from tag_tf.sim.simulator import Simulator
 

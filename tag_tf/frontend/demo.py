@@ -59,9 +59,9 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     from tag_tf.frontend.loading import model_ir
     from tag_tf.models import build_model
     from tag_tf.profile.weights import reference_weights
-    from tag_tf.search.baselines import label
     from tag_tf.search.local_search import describe
     from tag_tf.search.mcts import MctsOptions, mcts_search
+    from tag_tf.search.registry import label
     from tag_tf.sim.simulator import Simulator
     from tag_tf.topology.load import load_topology
 
@@ -137,9 +137,9 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
 
 
 def plan_times_ms(result: MctsResult) -> dict[str, float]:
-    """The demo's plan table: every baseline the search timed, by its label (search.baselines.REGISTRY),
+    """The demo's plan table: every baseline the search timed, by its label (search.registry.REGISTRY),
     then tag_tf's plan; ms per iteration (simulated)."""
-    from tag_tf.search.baselines import label
+    from tag_tf.search.registry import label
 
     times = {label(k): v * 1e3 for k, v in result.baselines.items()}
     times["tag_tf (auto)"] = result.iteration_time_s * 1e3
@@ -170,7 +170,7 @@ def _plan_summary(rows: list[dict[str, Any]]) -> str:
 
 
 def _baseline(sim: Simulator, name: str, topology: Topology) -> Strategy:
-    from tag_tf.search.baselines import baseline
+    from tag_tf.search.registry import baseline
 
     return baseline(name, sim.num_groups, topology)
 

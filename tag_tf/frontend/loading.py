@@ -109,13 +109,14 @@ def stored_costs(loaded: Loaded, analysis: Analysis, topology: Topology, args: a
 def strategy_from_spec(spec: str, analysis: Analysis, topology: Topology, *, seed: int = 0,
                        check_topology: bool = True, budget_s: float = 10.0, sim: Simulator | None = None
                        ) -> Strategy:
-    """`--strategy`: a registered baseline (search.baselines.REGISTRY: "dp", "dp-p", "horovod", "horovod-p";
+    """`--strategy`: a registered baseline (search.registry.REGISTRY: "dp", "dp-p", "horovod", "horovod-p";
     "heterog" and "best-subset" searched for `budget_s` seconds), "random" (seeded), any of those with "+sfb" (sufficient factor broadcasting
     applied where it simulates faster) or a strategy JSON file, checked against the graph (and,
     with `check_topology`, the topology it was made for)."""
     import numpy as np
 
-    from tag_tf.search.baselines import REGISTRY, make_baseline, random_strategy
+    from tag_tf.search.baselines import random_strategy
+    from tag_tf.search.registry import REGISTRY, make_baseline
     from tag_tf.strategy import Strategy
 
     n = len(analysis.grouping.groups)
@@ -144,8 +145,8 @@ def strategy_from_spec(spec: str, analysis: Analysis, topology: Topology, *, see
 
 
 def strategy_help() -> str:
-    """`--strategy`'s help: every registered baseline (search.baselines.REGISTRY), random, files."""
-    from tag_tf.search.baselines import baseline_names
+    """`--strategy`'s help: every registered baseline (search.registry.REGISTRY), random, files."""
+    from tag_tf.search.registry import baseline_names
 
     return " | ".join((*baseline_names(), "random (each also with +sfb, e.g. dp+sfb)", "a strategy JSON file"))
 FUSION_HELP = ("gradient buckets: 'none' (one reduction per tensor), a size such as 64MiB, or 'auto' (the "

@@ -24,7 +24,7 @@ from tag_tf.context import CACHE_ENV, default_cache_dir  # noqa: F401  (re-expor
 from tag_tf.datafiles import write_atomic
 from tag_tf.errors import StrategyError
 from tag_tf.placement.layout import validated_duplicates
-from tag_tf.search.baselines import Names, baseline_names, fallback_baselines, whole_replica_baselines
+from tag_tf.search.registry import Names, baseline_names, fallback_baselines, whole_replica_baselines
 from tag_tf.sim.client import Client, fed_bytes
 from tag_tf.strategy import Strategy
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tag_tf.planning")
 
-# Every list of baselines below follows search.baselines.REGISTRY (the one list of them).
+# Every list of baselines below follows search.registry.REGISTRY (the one list of them).
 BASELINE_REQUESTS = Names(baseline_names)
 SFB = "+sfb"                    # a baseline with sufficient factor broadcasting applied (search/sfb.py)
 PLANNED = Names(lambda: ("auto", *baseline_names(), *(b + SFB for b in baseline_names())))
@@ -169,10 +169,10 @@ def stored_costs_for(analysis: Analysis, topology: Topology, db: ProfileDB | str
 def baseline(name: str, analysis: Analysis, topology: Topology, budget_s: float | None = None,
              calibration: Any = "default", costs: StoredCosts | None = None, sim: Simulator | None = None
              ) -> Strategy:
-    """The named baseline (search.baselines.REGISTRY) for this analysis on this topology, stamped
+    """The named baseline (search.registry.REGISTRY) for this analysis on this topology, stamped
     with both; a searched one ("heterog", "best-subset") judged by `sim` where given (the simulator
     a search judged it with), else by `calibration`'s physics and `costs`, within `budget_s`."""
-    from tag_tf.search import baselines
+    from tag_tf.search import registry
 
     if name.endswith(SFB):
         from tag_tf.search.sfb import apply_sfb
@@ -183,7 +183,7 @@ def baseline(name: str, analysis: Analysis, topology: Topology, budget_s: float 
                  outcome.kept, len(outcome.solutions), outcome.before_s * 1e3, outcome.after_s * 1e3)
         return dataclasses.replace(outcome.strategy, name=name)
     try:
-        strategy = baselines.make_baseline(
+        strategy = registry.make_baseline(
             name, len(analysis.grouping.groups), topology,
             lambda: sim if sim is not None else simulator(analysis, topology, calibration, costs),
             DEFAULT_BUDGET_S if budget_s is None else budget_s)

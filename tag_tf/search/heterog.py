@@ -8,9 +8,9 @@ compute order, starting from the best fixed baseline; gradients keep that baseli
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tag_tf.search.baselines import baseline, fixed_baselines
 from tag_tf.search.moves import Deadline, Evaluator, improve
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
@@ -37,10 +37,10 @@ def heterog_search(cost: Evaluator, topology: Topology, start: Strategy, start_t
     return dataclasses.replace(strategy, name="heterog"), t
 
 
-def heterog(sim: Simulator, topology: Topology, budget_s: float = 10.0) -> Strategy:
-    """The HeteroG baseline strategy for `sim`'s graph on `topology` (searched for `budget_s`)."""
+def heterog(sim: Simulator, topology: Topology, starts: Mapping[str, Strategy], budget_s: float = 10.0) -> Strategy:
+    """The HeteroG baseline strategy for `sim`'s graph on `topology` (searched for `budget_s`), from the
+    fastest of `starts` (the fixed baselines' plans: search/registry.py gives them)."""
     cost = Evaluator(sim)
-    starts = {name: baseline(name, sim.num_groups, topology) for name in fixed_baselines()}
     times = {name: cost(s) for name, s in starts.items()}
     best = min(times, key=times.__getitem__)
     strategy, _ = heterog_search(cost, topology, starts[best], times[best], Deadline.after(budget_s))

@@ -19,17 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tag_tf.search.baselines import (
-    BEST_SUBSET,
-    baseline,
-    best_subset,
-    device_capacities,
-    fixed_baselines,
-    template_baseline,
-)
+from tag_tf.search.baselines import BEST_SUBSET, best_subset, device_capacities
 from tag_tf.search.heterog import heterog_search
 from tag_tf.search.moves import Deadline, Evaluator, candidate_device_sets, coupled_blocks, improve, tune_fusion
 from tag_tf.search.outcome import BaselineComparison
+from tag_tf.search.registry import baseline, fixed_baselines, template_baseline
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
 if TYPE_CHECKING:

@@ -33,14 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tag_tf.search.baselines import (
-    BEST_SUBSET,
-    baseline,
-    best_subset,
-    device_capacities,
-    fixed_baselines,
-    template_baseline,
-)
+from tag_tf.search.baselines import BEST_SUBSET, best_subset, device_capacities
 from tag_tf.search.heterog import heterog_search
 from tag_tf.search.moves import (
     Deadline,
@@ -54,6 +47,7 @@ from tag_tf.search.moves import (
 from tag_tf.search.outcome import BaselineComparison
 from tag_tf.search.priors import PRIORS, default_prior
 from tag_tf.search.refine import refine
+from tag_tf.search.registry import baseline, fixed_baselines, template_baseline
 from tag_tf.search.shares import ShareSolver
 from tag_tf.strategy import GroupPlan, Option, Strategy
 

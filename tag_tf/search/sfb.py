@@ -406,7 +406,7 @@ def best_with_sfb(sim: Simulator, topology: Topology, result: R, *, time_limit_s
     from small factors, where the search had avoided replicating them), that is the plan, and an
     MCTS result says it fell back. The outcome returned is the winner's, with `simulations` and
     `total_s` counting every run made here."""
-    from tag_tf.search.baselines import baseline, fixed_baselines
+    from tag_tf.search.registry import baseline, fixed_baselines
 
     outcome = apply_sfb(sim, result.strategy, time_limit_s=time_limit_s, deadline=deadline)
     baselines = dict(result.baselines)

@@ -11,7 +11,8 @@ from test_equivalence import verify
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.context import PassContext
 from tag_tf.placement.fusion import HOROVOD_FUSION_BYTES, Request, assign_buckets, sync_levels
-from tag_tf.search.baselines import baseline, random_strategy
+from tag_tf.search.baselines import random_strategy
+from tag_tf.search.registry import baseline
 from tag_tf.strategy import Option, Strategy
 from tag_tf.topology.load import load_topology
 

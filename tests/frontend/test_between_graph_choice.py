@@ -12,7 +12,7 @@ from tag_tf.compiler.localize import NotLocal, localize
 from tag_tf.context import PassContext
 from tag_tf.frontend.planning import PlanCache, between_graph_choice, choose_auto
 from tag_tf.runtime.cluster import cpu_topology
-from tag_tf.search.baselines import baseline
+from tag_tf.search.registry import baseline
 from tag_tf.strategy import GroupPlan, Option, Strategy
 from tag_tf.topology import load_topology
 

@@ -109,7 +109,7 @@ def test_plans_cached_under_other_costs_are_other_plans(tmp_path):
 
     def planner(a, t, request, budget):
         calls.append(request)
-        from tag_tf.search.baselines import baseline
+        from tag_tf.search.registry import baseline
         return baseline("dp", len(a.grouping.groups), t)
 
     first = resolve_strategy(analysis, topology, "auto", cache_dir=str(tmp_path), planner=planner,

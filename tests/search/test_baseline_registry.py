@@ -1,4 +1,4 @@
-"""One registry of baselines (search/baselines.REGISTRY): adding one is a `register` call and the
+"""One registry of baselines (search/registry.REGISTRY): adding one is a `register` call and the
 function that makes its plan; the planner's requests, the search's starting points, `plan --json`,
 the demo's table and the paper harness all list it without another edit."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tag_tf.search import baselines
-from tag_tf.search.baselines import BaselineSpec, register, unregister
+from tag_tf.search import registry
+from tag_tf.search.registry import BaselineSpec, register, unregister
 from tag_tf.strategy import Option, Strategy
 
 
@@ -35,7 +35,7 @@ def test_every_list_follows_the_registry(toy):
     assert request_key("toy") == "toy"
     assert "toy" not in WHOLE_REPLICA_BASELINES          # its roles are its spec's
     assert list(SYSTEMS)[-2:] == ["toy", "auto"] and "toy" in strategy_help()
-    assert baselines.label("toy") == "Toy (toy)" and baselines.label("dp") == "DP-NCCL (dp)"
+    assert registry.label("toy") == "Toy (toy)" and registry.label("dp") == "DP-NCCL (dp)"
 
 
 def test_the_registry_refuses_what_would_be_ambiguous():
@@ -47,9 +47,9 @@ def test_the_registry_refuses_what_would_be_ambiguous():
         BaselineSpec("both", "both", "")
     with pytest.raises(ValueError, match="template"):
         register(BaselineSpec("second-template", "t", "", rule=_first_device_only, template=True))
-    assert baselines.template_baseline() == "horovod-p"
-    assert baselines.fixed_baselines() == ("dp", "dp-p", "horovod", "horovod-p")
-    assert baselines.fittable_baselines() == baselines.whole_replica_baselines()
+    assert registry.template_baseline() == "horovod-p"
+    assert registry.fixed_baselines() == ("dp", "dp-p", "horovod", "horovod-p")
+    assert registry.fittable_baselines() == registry.whole_replica_baselines()
 
 
 def test_a_new_baseline_appears_in_plan_json_the_demo_table_and_the_paper_harness(toy, capsys, tmp_path):

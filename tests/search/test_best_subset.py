@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from conftest import analysis_of
 
-from tag_tf.search.baselines import BEST_SUBSET, baseline, best_subset, machine_subsets
+from tag_tf.search.baselines import BEST_SUBSET, best_subset, machine_subsets
 from tag_tf.search.mcts import MctsOptions, mcts_search
 from tag_tf.search.moves import Evaluator
+from tag_tf.search.registry import baseline
 from tag_tf.sim.simulator import Simulator
 from tag_tf.topology.load import load_topology
 

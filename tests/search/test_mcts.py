@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from conftest import analysis_of
 
-from tag_tf.search.baselines import baseline, baseline_names
 from tag_tf.search.mcts import MctsOptions, candidate_actions, mcts_search, mix_prior, puct_scores
+from tag_tf.search.registry import baseline, baseline_names
 from tag_tf.sim.simulator import Simulator
 from tag_tf.strategy import Option, Strategy
 from tag_tf.topology.load import load_topology

@@ -11,7 +11,8 @@ from conftest import analysis_of
 
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.context import PassContext
-from tag_tf.search.baselines import baseline, random_strategy
+from tag_tf.search.baselines import random_strategy
+from tag_tf.search.registry import baseline
 from tag_tf.search.sfb import SfbSolver, apply_sfb, duplicated_op_types
 from tag_tf.sim.simulator import Simulator
 from tag_tf.strategy import Option, Strategy

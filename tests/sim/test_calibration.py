@@ -9,8 +9,8 @@ import pytest
 from conftest import analysis_of
 
 from tag_tf.errors import TagError
-from tag_tf.search.baselines import baseline
 from tag_tf.search.calibration_fit import Case, fit, simulate_cases
+from tag_tf.search.registry import baseline
 from tag_tf.sim.calibration import PARAMETERS, REQUIRED, Calibration, default_calibration, shipped_path
 from tag_tf.sim.simulator import Simulator
 from tag_tf.topology.load import load_topology

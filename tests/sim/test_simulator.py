@@ -12,7 +12,8 @@ from conftest import analysis_of
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.context import PassContext
 from tag_tf.profile.costs import OpCosts
-from tag_tf.search.baselines import baseline, data_parallel, random_strategy
+from tag_tf.search.baselines import data_parallel, random_strategy
+from tag_tf.search.registry import baseline
 from tag_tf.sim.prepare import device_types
 from tag_tf.sim.simulator import Simulator, training_costs
 from tag_tf.strategy import GroupPlan, Option, Strategy

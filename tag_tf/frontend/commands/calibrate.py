@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tag_tf.errors import TagError
-from tag_tf.search.baselines import Names, fittable_baselines
+from tag_tf.search.registry import Names, fittable_baselines
 
 if TYPE_CHECKING:
     from tag_tf.analysis import Analysis
@@ -117,8 +117,8 @@ class CaseBuilder:
         return self._analyses[key]
 
     def case(self, row: dict[str, Any]) -> Case:
-        from tag_tf.search.baselines import baseline
         from tag_tf.search.calibration_fit import Case
+        from tag_tf.search.registry import baseline
         from tag_tf.sim.simulator import Simulator
 
         batch = row.get("batch")
