@@ -129,3 +129,27 @@ def test_rows_measured_now_replace_only_themselves_and_the_rest_say_when_they_we
     data["verdicts"] = verdicts(data)
     text = render(data)
     assert "| 2.0 (code old1234) |" in text and "| 1.9 |" in text and "| 500.0 (code old1234) |" in text
+
+
+def test_rows_that_ran_autos_plan_are_named_and_auto_is_also_judged_against_the_other_plans():
+    """A baseline with auto's devices, options, SFB and shares (or the plain program, where auto keeps
+    one device of the chief's host) ran auto's plan: the verdict names it and compares auto with the
+    best row of another plan too."""
+    from benchmarks.hetero_real import same_plan, verdicts
+
+    one = {"hosts": ["fast"], "devices": [0], "options": ["allreduce"], "sfb": 0, "whole_replicas": True,
+           "one_device": True, "shares": None}
+    assert same_plan(one, dict(one, shares=[1.0]), "fast") and same_plan(one, None, "fast")
+    assert not same_plan(one, None, "half") and not same_plan(one, dict(one, devices=[1]), "fast")
+    two = dict(one, hosts=["fast", "half"], devices=[0, 1], one_device=False, shares=[0.6, 0.4])
+    assert not same_plan(two, dict(two, shares=[0.5, 0.5]), "fast") and not same_plan(two, None, "fast")
+
+    def row(ms, plan=None):
+        return {"median_ms": ms, "last_loss": 2.3, **({"plan": plan, "predicted_ms": ms} if plan else {})}
+    rows = {"plain": row(1.6), "plain-as-written": row(1.9), "tag-auto": row(1.7, one),
+            "tag-best-subset": row(1.6, dict(one, shares=[1.0])), "tag-dp": row(50.0, dict(two, shares=None))}
+    data = {"clusters": {"compute": {"cluster": {"hosts": [{"name": "fast"}]}, "models": {"mlp": rows}}}}
+    v = verdicts(data)["compute/mlp"]
+    assert v["same_plan_as"] == ["plain", "tag-best-subset"]
+    assert v["auto_over_best_baseline"] == pytest.approx(1.7 / 1.6)
+    assert v["auto_over_best_other_plan"] == pytest.approx(1.7 / 1.9)
