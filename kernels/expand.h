@@ -91,6 +91,7 @@ struct Prepared {
   int32_t num_links = 0;
   Piecewise p2p_intra, p2p_inter;                        // fitted transfer models (optional)
   double host_message_s = 0;                             // CPU part of a gRPC transfer's latency
+  double fabric_bw = 1e30;                               // what the network carries at once, bytes/s
   std::vector<Piecewise> allreduce_intra, allreduce_inter;  // fitted all-reduce, by device count
 };
 
@@ -381,11 +382,14 @@ class Expander {
       return p_.dev_machine[a] != p_.dev_machine[b] ? p_.dev_machine[a] < p_.dev_machine[b] : a < b;
     });
     double bw = INFINITY, lat = 0;
+    int32_t hops = 0;                 // hops between machines: every one moves at once in each step
     for (size_t k = 0; k < n; ++k) {
       const size_t pair = static_cast<size_t>(ring[k]) * p_.num_devices + ring[(k + 1) % n];
       bw = std::min(bw, p_.link_bw[pair]);
       lat = std::max(lat, p_.link_lat[pair]);
+      hops += p_.dev_machine[ring[k]] != p_.dev_machine[ring[(k + 1) % n]];
     }
+    if (hops > 0) bw = std::min(bw, p_.fabric_bw / hops);   // a blocking network shares what it carries
     return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
   }
 

@@ -158,6 +158,7 @@ class Simulator {
     p_.p2p_intra = piecewise(d, "p2p_intra");
     p_.p2p_inter = piecewise(d, "p2p_inter");
     if (d.contains("host_message_s")) p_.host_message_s = py::cast<double>(d["host_message_s"]);
+    if (d.contains("fabric_bw")) p_.fabric_bw = py::cast<double>(d["fabric_bw"]);
     for (auto [key, fits] : {std::pair{"allreduce_intra", &p_.allreduce_intra},
                              std::pair{"allreduce_inter", &p_.allreduce_inter}}) {
       if (!d.contains(key)) continue;

@@ -23,6 +23,8 @@ File format (YAML shown; JSON is the same structure)::
     inter:
       switch: 100Gbps                # every machine's port bandwidth (unless its nic says otherwise)
       latency: 25us                  # optional, default 25 us
+      fabric: 1.7Gbps                # optional: what the network carries at once, every machine sending
+                                     # (a ring's steps); default: non-blocking (each link its own)
     # or a full matrix, matrix[i][j] = bandwidth from machine i to machine j, rows/columns in machine
     # order after replicas are expanded (diagonal ignored):
     #   inter: {matrix: [[0, 10Gbps], [10Gbps, 0]]}
@@ -72,7 +74,7 @@ _TOP_KEYS = ("name", "description", "units", "machines", "inter", "gpu_types")
 _MACHINE_KEYS = ("name", "gpus", "intra", "nic", "replicas", "speed")
 _GPU_KEYS = ("type", "count", "memory")
 _INTRA_KEYS = ("link", "bandwidth", "latency")
-_INTER_KEYS = ("switch", "matrix", "latency")
+_INTER_KEYS = ("switch", "matrix", "latency", "fabric")
 _TYPE_KEYS = ("name", "peak_tflops", "peak_flops", "mem_bandwidth", "memory", "launch_overhead", "tf32_tflops",
               "half_tflops", "sm_count", "capability")
 
@@ -191,7 +193,10 @@ class _Reader:
                 self.fail(f"machines[{i}].name", f"duplicate machine name {m.name!r}")
             seen.add(m.name)
         inter, latency = self.inter(d.get("inter"), machines)
-        return Topology(name, tuple(machines), inter, latency, tuple(self.custom.values()))
+        raw = d.get("inter")
+        fabric = (self.bandwidth(raw["fabric"], "inter.fabric")
+                  if isinstance(raw, Mapping) and raw.get("fabric") is not None else None)
+        return Topology(name, tuple(machines), inter, latency, tuple(self.custom.values()), fabric)
 
     def units(self, value: Any) -> None:
         u = self.mapping(value, "units", ("bandwidth", "memory", "latency"))

@@ -149,6 +149,10 @@ class Topology:
     inter_bandwidth: InterBandwidth = None
     inter_latency: float = DEFAULT_INTER_LATENCY
     gpu_types: tuple[GpuType, ...] = ()   # custom GPU types, in addition to GPU_TYPES
+    # What the network carries at once with every machine sending (bytes/s; None: non-blocking, each
+    # link its own bandwidth). A ring over m machines moves each hop at most fabric / m. Measured by
+    # discovery where concurrent transfers share something (an emulated cluster's one kernel).
+    fabric_bandwidth: float | None = None
 
     # ---- construction and validation ------------------------------------------------------
     def __post_init__(self) -> None:
@@ -171,6 +175,8 @@ class Topology:
                         f"machine {m.name!r}: gpus[{i}].type: unknown GPU type {g.type!r}; known "
                         f"types: {', '.join(list(GPU_TYPES) + sorted(custom))}")
         _check_latency(self.inter_latency, "inter.latency")
+        if self.fabric_bandwidth is not None:
+            object.__setattr__(self, "fabric_bandwidth", _check_bw(self.fabric_bandwidth, "inter.fabric"))
         self._check_inter()
 
     def _check_inter(self) -> None:
@@ -355,6 +361,8 @@ class Topology:
             inter["matrix"] = [list(r) for r in self.inter_bandwidth]
         elif self.inter_bandwidth is not None:
             inter["switch"] = self.inter_bandwidth
+        if self.fabric_bandwidth is not None:       # only when given: other files' fingerprints stay
+            inter["fabric"] = self.fabric_bandwidth
         d = {"name": self.name, "units": {"bandwidth": "B/s", "memory": "B", "latency": "s"},
              "machines": machines, "inter": inter}
         if self.gpu_types:
@@ -403,6 +411,9 @@ class Topology:
                     else format_bandwidth(self.inter_bandwidth)
                 lines.append(f"  inter-machine: switch, {default} per port, latency "
                              f"{format_time(self.inter_latency)}")
+            if self.fabric_bandwidth is not None:
+                lines.append(f"  the network carries {format_bandwidth(self.fabric_bandwidth)} at once "
+                             f"(a ring over m machines: each hop at most that / m)")
         for g in self.groups:
             lines.append(f"  group {g.id}: machine {g.machine}, {len(g.devices)}x {g.type}, "
                          f"devices {_span(g.devices)}")

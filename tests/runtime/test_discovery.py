@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import tensorflow as tf
 
 from tag_tf.measure.links import discover, fit_link
@@ -76,3 +77,19 @@ def test_a_server_that_reports_nothing_is_taken_from_the_cluster_file():
     topo, report = discover(spec)
     assert topo.num_devices == 1 and report["links"] is None
     del server
+
+
+def test_every_pair_at_once_is_measured_and_a_shared_network_says_so():
+    """measure_fabric: each pair's rate with every pair moving at once; the fabric is reported where
+    their sum falls below FABRIC_SHARED of the pairs' own bandwidths, and discovery puts it in the
+    topology."""
+    from tag_tf.measure.links import FABRIC_SHARED, measure_fabric
+
+    with local_cluster(3, 1) as (spec, _):
+        pairs = [{"tasks": [a, b], "bandwidth": 1e15} for a, b in ((0, 1), (0, 2), (1, 2))]   # links "alone": huge
+        found = measure_fabric(spec, pairs, repeats=1)
+        assert len(found["concurrent"]) == 3 and all(r > 0 for r in found["concurrent"])
+        assert found["fabric"] == pytest.approx(sum(found["concurrent"]))    # below 0.8 x 3e15: shared
+        pairs = [dict(p, bandwidth=1.0) for p in pairs]                          # links "alone": 1 B/s
+        assert measure_fabric(spec, pairs, repeats=1)["fabric"] is None
+    assert 0 < FABRIC_SHARED < 1
