@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -234,30 +235,36 @@ def measure_cluster(name: str, args: argparse.Namespace) -> dict:
         out["measured"], out["cpusets"] = measured.to_dict(), emu.cpusets
         print(f"== cluster {name}\n{measured.render()}", flush=True)
         for model in args.models.split(","):
-            cache = tempfile.mkdtemp(prefix=f"tag_tf_hetero_{name}_{model}_")
-            env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-            env.update(TAG_TF_CACHE_DIR=cache, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
-            rows: dict = {"profile": run_row(emu, "profile", model, args, env)}
-            measured_rows = rows_to_measure(args)
-            runs: dict[str, list[dict]] = {row: [] for row in measured_rows}
-            for rnd in range(args.rounds):
-                k = rnd % len(measured_rows)
-                for row in measured_rows[k:] + measured_rows[:k]:
-                    r = run_row(emu, row, model, args, env)
-                    runs[row].append(r)
-                    shown = (f"{r['median_ms']:8.1f} ms  first step {r['first_step_s']:.1f} s  loss {r['first_loss']:.5f}"
-                             f" -> {r['last_loss']:.5f}" if "median_ms" in r else r.get("error") or r.get("absent"))
-                    if "predicted_ms" in r:
-                        shown += f"  predicted {r['predicted_ms']:.1f} ms, plan {r['plan']['hosts']} {r['plan']['shares']}"
-                    label = f"{row} [{rnd + 1}/{args.rounds}]" if args.rounds > 1 else row
-                    print(f"{name:8s} {model:12s} {label:20s} {shown}", flush=True)
-            for row in measured_rows:
-                rows[row] = combine_rounds(runs[row])
-            if args.rounds > 1:
-                rows["rounds"] = args.rounds
-            if model_batch(model, args) != args.batch:
-                rows["batch"] = model_batch(model, args)
-            out["models"][model] = rows
+            # The run's plan and profile caches: removed after the model unless --keep-caches names a folder
+            # (what a prediction can be replayed from later).
+            cache = tempfile.mkdtemp(prefix=f"tag_tf_hetero_{name}_{model}_", dir=getattr(args, "keep_caches", None))
+            try:
+                env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+                env.update(TAG_TF_CACHE_DIR=cache, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+                rows: dict = {"profile": run_row(emu, "profile", model, args, env)}
+                measured_rows = rows_to_measure(args)
+                runs: dict[str, list[dict]] = {row: [] for row in measured_rows}
+                for rnd in range(args.rounds):
+                    k = rnd % len(measured_rows)
+                    for row in measured_rows[k:] + measured_rows[:k]:
+                        r = run_row(emu, row, model, args, env)
+                        runs[row].append(r)
+                        shown = (f"{r['median_ms']:8.1f} ms  first step {r['first_step_s']:.1f} s  loss {r['first_loss']:.5f}"
+                                 f" -> {r['last_loss']:.5f}" if "median_ms" in r else r.get("error") or r.get("absent"))
+                        if "predicted_ms" in r:
+                            shown += f"  predicted {r['predicted_ms']:.1f} ms, plan {r['plan']['hosts']} {r['plan']['shares']}"
+                        label = f"{row} [{rnd + 1}/{args.rounds}]" if args.rounds > 1 else row
+                        print(f"{name:8s} {model:12s} {label:20s} {shown}", flush=True)
+                for row in measured_rows:
+                    rows[row] = combine_rounds(runs[row])
+                if args.rounds > 1:
+                    rows["rounds"] = args.rounds
+                if model_batch(model, args) != args.batch:
+                    rows["batch"] = model_batch(model, args)
+                out["models"][model] = rows
+            finally:
+                if not getattr(args, "keep_caches", None):
+                    shutil.rmtree(cache, ignore_errors=True)
     return out
 
 
@@ -480,6 +487,8 @@ def main() -> None:
                          "does not measure; each says the code and date it was measured with")
     ap.add_argument("--rows", help="measure only these rows (comma-separated, of " + ",".join(ROWS) + "); with --merge "
                     "the model's other rows stay as measured before, each saying the code and date it was measured with")
+    ap.add_argument("--keep-caches", metavar="DIR",
+                    help="keep each model's plan and profile caches in a folder under DIR (default: removed)")
     ap.add_argument("--out", help="the JSON (default benchmarks/results/hetero_real[_quick].json)")
     ap.add_argument("--markdown", default=os.path.join(ROOT, "benchmarks", "RESULTS.md"))
     ap.add_argument("--run", help=argparse.SUPPRESS)

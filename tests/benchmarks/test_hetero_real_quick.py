@@ -19,10 +19,16 @@ MISSING = system.requirements_missing()
 
 @pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 def test_hetero_real_quick(tmp_path):
+    import glob
+    import tempfile
+
     out = tmp_path / "hetero.json"
+    caches = os.path.join(tempfile.gettempdir(), "tag_tf_hetero_compute_cnn_*")
+    before = set(glob.glob(caches))
     p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "hetero_real.py"), "--quick", "--out",
                         str(out)], cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert set(glob.glob(caches)) <= before          # the run's plan and profile caches are gone
     data = json.loads(out.read_text())
     rows = data["clusters"]["compute"]["models"]["cnn"]
     assert [h["name"] for h in data["clusters"]["compute"]["measured"]["hosts"]] == ["fast", "half", "quarter"]
