@@ -39,7 +39,7 @@ TRAIN_STEPS = 5
 @dataclasses.dataclass
 class DemoResult:
     plan_times_ms: dict[str, float]
-    speedup_over_dp: float
+    speedup_over_dp: float | None             # None where DP does not fit the cluster
     losses_plain: list[float]
     losses_tag: list[float]
     max_rel_loss_diff: float

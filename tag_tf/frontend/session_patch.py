@@ -64,7 +64,7 @@ def _owner(sess: Any) -> Context | None:
 def _do_run(self: Any, handle: Any, target_list: list, fetch_list: list, feed_dict: dict, options: Any,
             run_metadata: Any) -> Any:
     original = _saved["_do_run"]
-    if handle is not None or getattr(_local, "bypass", 0) or getattr(self, "_tag_tf_internal", False):
+    if handle is not None or getattr(_local, "bypass", 0) > 0 or getattr(self, "_tag_tf_internal", False):
         return original(self, handle, target_list, fetch_list, feed_dict, options, run_metadata)
     owner = _owner(self)
     if owner is None:

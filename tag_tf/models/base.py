@@ -30,8 +30,8 @@ class ModelGraph:
 
     name: str
     batch_size: int
-    graph_def: object          # tf.compat.v1.GraphDef
-    meta_graph_def: object     # tf.compat.v1.MetaGraphDef (collections, saver_def)
+    graph_def: Any             # tf.compat.v1.GraphDef (TensorFlow ships no stubs)
+    meta_graph_def: Any        # tf.compat.v1.MetaGraphDef (collections, saver_def)
     inputs: tuple[InputSpec, ...]
     loss: str                  # tensor name, e.g. "loss:0"
     train_op: str              # op name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,8 +52,8 @@ class EquivalenceResult:
                 "noise_floor": float(self.noise_floor), "absolute_scale": float(self.absolute_scale)}
 
 
-def _initializers(graph_ir, instances: Mapping[str, list[str]] | None = None) -> list[str]:
-    ops = []
+def _initializers(graph_ir, instances: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    ops: list[str] = []
     for var in graph_ir.variables.values():
         if var.initializer:
             ops.extend(instances[var.initializer] if instances else [var.initializer])
@@ -158,8 +158,10 @@ def run_compiled(analysis: Analysis, compiled: Compiled, initial: Mapping[str, n
     dtypes = {v.name: v.dtype for v in ir.variables.values()}
     io = VariableIO(g, compiled.variables, kinds, dtypes)
     config = config or session_config(max(1, len(compiled.devices)))
+    assert ir.meta.train_op is not None          # an analysed training graph names its train op
     train = compiled.run_ops[ir.meta.train_op]
-    loss = compiled.fetch_tensors.get(ir.meta.loss) if ir.meta.loss else None
+    loss_name = ir.meta.loss
+    loss = compiled.fetch_tensors.get(loss_name) if loss_name else None
     losses = []
     with tf.compat.v1.Session(target, graph=g, config=config) as sess:
         sess.run(_initializers(ir, compiled.instances))

@@ -6,6 +6,7 @@ and draws each row with a single broken_barh call, which keeps charts of thousan
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -90,5 +91,6 @@ def plot_gantt(graph: TaskGraph, result: SimResult, path: str | os.PathLike, tit
 def _palette(k: int) -> list[tuple[float, float, float, float]]:
     from matplotlib import colormaps
 
-    base = colormaps["tab20"].colors if k > 10 else colormaps["tab10"].colors
+    cmap: Any = colormaps["tab20" if k > 10 else "tab10"]     # a ListedColormap: it lists its colors
+    base = cmap.colors
     return [to_rgba(base[i % len(base)]) for i in range(max(k, 1))]

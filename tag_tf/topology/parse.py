@@ -53,7 +53,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
 
 from tag_tf.errors import TopologyError
 from tag_tf.topology.gpus import GPU_TYPES, GpuType, gpu_type

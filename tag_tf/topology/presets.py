@@ -23,7 +23,7 @@ DEFAULT_LOCAL_DEVICES = 4
 
 
 def _preset(name: str) -> Topology:
-    import yaml
+    import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
 
     path = resources.files("tag_tf.topology").joinpath("presets", f"{name}.yaml")
     data = yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -207,7 +207,7 @@ class Topology:
     # ---- derived views ----------------------------------------------------------------------
     @functools.cached_property
     def devices(self) -> tuple[Device, ...]:
-        out = []
+        out: list[Device] = []
         for mi, m in enumerate(self.machines):
             for k, g in enumerate(m.gpus):
                 out.append(Device(len(out), mi, k, g.type, g.memory_bytes))

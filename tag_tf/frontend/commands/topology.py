@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from tag_tf.errors import TopologyError
 from tag_tf.topology.load import PRESETS, load_topology
@@ -79,6 +80,7 @@ def summary(topo: Topology) -> dict:
             "port_bandwidth": topo.port_bandwidth(i) if topo.is_switch and
                 (m.nic_bandwidth or topo.inter_bandwidth) else None,
         })
+    inter: dict[str, Any]
     if isinstance(topo.inter_bandwidth, tuple):
         inter = {"kind": "matrix", "matrix": [list(r) for r in topo.inter_bandwidth]}
     else:
