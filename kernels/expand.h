@@ -28,6 +28,21 @@
 // (the devices of one process share its executor threads, or every CPU device one executor, or
 // none: the Python side's cpu_executor mode); GPUs never do.
 // Memory pools: one per device.
+//
+// Device classes (collapse). Devices a strategy treats alike on machines the topology treats alike
+// behave alike: same type, same layouts with the same sample counts, none of them a layout's
+// first device or a single device's, no shared host executor, and machines of one kind holding the
+// same mix of such devices (a switch topology: swapping those machines is a symmetry). Each class
+// is simulated once, on its lowest device (its representative), and stands for all its members:
+//   * collectives keep their full member list (durations are analytical) and hold the streams of
+//     the simulated members and the links a simulated task can also hold;
+//   * a transfer between a representative and another device stands for the transfers of every
+//     member pair of the two classes: it lasts as long as the busiest of its links is held by them
+//     (k pieces through one NIC: k times one piece), so a representative's input arrives when its
+//     class's last one does;
+//   * per-device results (memory, idle time) are the representative's.
+// Plans that treat every device alike cost what their distinct classes cost, not the device count.
+// `collapse = false` expands every device (traces, and the tests that compare both).
 #pragma once
 
 #include <algorithm>
@@ -83,6 +98,7 @@ struct Prepared {
   // Devices and links.
   std::vector<int32_t> dev_type, dev_machine;
   std::vector<int32_t> dev_host;                         // shared host executor of a device, or -1
+  std::vector<int32_t> machine_kind;                     // per machine: machines of one kind are interchangeable
   int32_t num_hosts = 0;
   std::vector<int64_t> dev_capacity;
   std::vector<double> type_mem_bw, type_launch;          // per device type: memcpy-like op costs
@@ -122,11 +138,14 @@ struct Layout {
   std::vector<int32_t> devs;
   std::vector<int32_t> counts;    // replicated: samples per replica
   int32_t shard = -1;             // the first interned layout with these devices and counts (any option)
+  // Set once the device classes are known (Expander::finish_layouts): the positions whose device
+  // is simulated (its class's representative), each position's instance slot (-1: not simulated),
+  // and, for layouts of several devices, the position of every device (-1: not a member).
+  std::vector<int32_t> emit, slot, pos;
   int32_t size() const { return static_cast<int32_t>(devs.size()); }
   int32_t index_of(int32_t d) const {
-    for (int32_t k = 0; k < size(); ++k)
-      if (devs[k] == d) return k;
-    return -1;
+    if (devs.size() == 1) return devs[0] == d ? 0 : -1;
+    return pos[d];
   }
 };
 
@@ -160,11 +179,13 @@ class Expander {
   explicit Expander(const Prepared& p) : p_(p) {}
 
   // Fills `g` (and `meta` when given). Returns "" or one line naming the bad group/device.
-  std::string expand(const StrategyView& s, TaskGraph& g, TaskMeta* meta) {
+  std::string expand(const StrategyView& s, TaskGraph& g, TaskMeta* meta, bool collapse = false) {
     g_ = &g;
     meta_ = meta;
     reset();
     if (auto err = build_layouts(s); !err.empty()) return err;
+    find_classes(collapse);
+    finish_layouts();
     emit_compute();
     if (s.fusion_bytes > 0) plan_sums(s.fusion_bytes);
     emit_data_edges();
@@ -175,6 +196,16 @@ class Expander {
   }
 
   int32_t layout_of(int32_t op) const { return op_layout_[op]; }
+  // The device whose results stand for d's in the last expansion (d itself when not collapsed),
+  // and how many devices a simulated device stands for.
+  int32_t rep_of(int32_t d) const { return dev_rep_[d]; }
+  int32_t multiplicity(int32_t d) const { return dev_mult_[d]; }
+  int32_t num_simulated() const { return num_simulated_; }
+  // Whether the last collapsed expansion was exact: no simulated device standing for others sent
+  // anything (its class only received, computed and joined collectives). Otherwise a class's
+  // transfers go out as one block, where the members' would have gone out one by one.
+  bool exact() const { return exact_; }
+  bool link_simulated(int32_t k) const { return res_live_.empty() || res_live_[k]; }
   const Layout& layout(int32_t id) const { return layouts_[id]; }
   int32_t first_task(int32_t op) const { return inst_[op]; }
   // Conversions inserted by the last expansion (to compare with the compiler's counts).
@@ -197,6 +228,12 @@ class Expander {
   std::unordered_map<int64_t, std::vector<int32_t>> memo_split_;
   std::unordered_map<int64_t, int32_t> memo_sum_transfer_;   // (tensor, sum device, to) -> transfer
   std::vector<int32_t> last_collective_;
+  // Device classes of the last expansion (see the header comment).
+  std::vector<int32_t> dev_rep_, dev_mult_, class_ptr_, class_devs_;
+  std::vector<uint8_t> res_live_;                             // empty: every link simulated
+  std::unordered_map<int64_t, std::vector<int32_t>> weight_memo_;
+  int32_t num_simulated_ = 0;
+  bool exact_ = true;
 
   // ---------------------------------------------------------------------------------------
   void reset() {
@@ -323,6 +360,131 @@ class Expander {
     return a.mode == kReplicated && b.mode == kReplicated && a.devs == b.devs && a.counts == b.counts;
   }
 
+  static uint64_t mix(uint64_t h, uint64_t v) {   // splitmix64 over (h, v)
+    uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+
+  // Device classes (header comment): dev_rep_, dev_mult_, the members of each class and the links
+  // a simulated task can hold.
+  void find_classes(bool collapse) {
+    const int32_t D = p_.num_devices, M = static_cast<int32_t>(p_.machine_kind.size());
+    dev_rep_.resize(D);
+    dev_mult_.assign(D, 1);
+    res_live_.clear();
+    weight_memo_.clear();
+    exact_ = true;
+    if (!collapse || M == 0) {
+      for (int32_t d = 0; d < D; ++d) dev_rep_[d] = d;
+      class_ptr_.resize(D + 1);
+      class_devs_.resize(D);
+      for (int32_t d = 0; d <= D; ++d) class_ptr_[d] = d;
+      for (int32_t d = 0; d < D; ++d) class_devs_[d] = d;
+      num_simulated_ = D;
+      return;
+    }
+    std::vector<uint8_t> special(D, 0);
+    for (int32_t op = 0; op < p_.num_ops; ++op)
+      if (op_layout_[op] < D) special[op_layout_[op]] = 1;
+    for (size_t i = D; i < layouts_.size(); ++i) special[layouts_[i].devs[0]] = 1;
+    std::vector<uint64_t> sig(D);
+    for (int32_t d = 0; d < D; ++d) {
+      if (p_.dev_host[d] >= 0) special[d] = 1;
+      sig[d] = special[d] ? mix(0x5bd1e995ULL, static_cast<uint64_t>(d)) : mix(1, static_cast<uint64_t>(p_.dev_type[d]));
+    }
+    for (size_t i = D; i < layouts_.size(); ++i) {
+      const Layout& l = layouts_[i];
+      for (int32_t j = 0; j < l.size(); ++j) {
+        const int32_t d = l.devs[j];
+        if (!special[d]) sig[d] = mix(mix(sig[d], i), l.mode == kReplicated ? static_cast<uint64_t>(l.counts[j]) : ~0ULL);
+      }
+    }
+    std::vector<std::vector<uint64_t>> held(M);
+    for (int32_t d = 0; d < D; ++d) held[p_.dev_machine[d]].push_back(sig[d]);
+    std::vector<uint64_t> msig(M);
+    for (int32_t m = 0; m < M; ++m) {
+      std::sort(held[m].begin(), held[m].end());
+      uint64_t h = mix(2, static_cast<uint64_t>(p_.machine_kind[m]));
+      for (uint64_t v : held[m]) h = mix(h, v);
+      msig[m] = h;
+    }
+    std::unordered_map<uint64_t, int32_t> rep;
+    for (int32_t d = 0; d < D; ++d) {
+      const uint64_t key = mix(sig[d], msig[p_.dev_machine[d]]);
+      auto it = rep.emplace(key, d).first;
+      dev_rep_[d] = it->second;
+      if (it->second != d) ++dev_mult_[it->second];
+    }
+    for (int32_t d = 0; d < D; ++d)
+      if (dev_rep_[d] != d) dev_mult_[d] = dev_mult_[dev_rep_[d]];
+    // Members by class (CSR indexed by representative).
+    class_ptr_.assign(D + 1, 0);
+    for (int32_t d = 0; d < D; ++d) ++class_ptr_[dev_rep_[d] + 1];
+    for (int32_t d = 0; d < D; ++d) class_ptr_[d + 1] += class_ptr_[d];
+    class_devs_.resize(D);
+    std::vector<int32_t> fill(class_ptr_.begin(), class_ptr_.end() - 1);
+    for (int32_t d = 0; d < D; ++d) class_devs_[fill[dev_rep_[d]]++] = d;
+    std::vector<int32_t> sim;
+    for (int32_t d = 0; d < D; ++d)
+      if (dev_rep_[d] == d) sim.push_back(d);
+    num_simulated_ = static_cast<int32_t>(sim.size());
+    res_live_.assign(p_.num_links, 0);
+    for (int32_t a : sim)
+      for (int32_t b : sim) {
+        if (a == b) continue;
+        const size_t pair = static_cast<size_t>(a) * D + b;
+        for (int32_t k = p_.link_res_ptr[pair]; k < p_.link_res_ptr[pair + 1]; ++k) res_live_[p_.link_res[k]] = 1;
+      }
+  }
+
+  // Each layout's simulated positions, instance slots and device positions.
+  void finish_layouts() {
+    const int32_t D = p_.num_devices;
+    for (size_t i = 0; i < layouts_.size(); ++i) {
+      Layout& l = layouts_[i];
+      l.emit.clear();
+      l.slot.assign(l.size(), -1);
+      for (int32_t j = 0; j < l.size(); ++j)
+        if (dev_rep_[l.devs[j]] == l.devs[j]) {
+          l.slot[j] = static_cast<int32_t>(l.emit.size());
+          l.emit.push_back(j);
+        }
+      if (l.size() > 1) {
+        l.pos.assign(D, -1);
+        for (int32_t j = 0; j < l.size(); ++j) l.pos[l.devs[j]] = j;
+      }
+    }
+  }
+
+  // How many transfers of one piece a transfer from -> to stands for on each of its links (in the
+  // order of the pair's link list): the member pairs of the two classes that hold that link. Empty
+  // when both are alone in their class (one transfer).
+  const std::vector<int32_t>& link_counts(int32_t from, int32_t to) {
+    static const std::vector<int32_t> none;
+    if (dev_mult_[from] == 1 && dev_mult_[to] == 1) return none;
+    const int32_t D = p_.num_devices;
+    const int64_t key = static_cast<int64_t>(from) * D + to;
+    auto it = weight_memo_.find(key);
+    if (it != weight_memo_.end()) return it->second;
+    const size_t pair = static_cast<size_t>(from) * D + to;
+    std::vector<int32_t> counts;
+    for (int32_t k = p_.link_res_ptr[pair]; k < p_.link_res_ptr[pair + 1]; ++k) {
+      const int32_t r = p_.link_res[k];
+      int32_t count = 0;
+      for (int32_t i = class_ptr_[from]; i < class_ptr_[from + 1]; ++i)
+        for (int32_t j = class_ptr_[to]; j < class_ptr_[to + 1]; ++j) {
+          const int32_t a = class_devs_[i], b = class_devs_[j];
+          if (a == b) continue;
+          const size_t ab = static_cast<size_t>(a) * D + b;
+          for (int32_t q = p_.link_res_ptr[ab]; q < p_.link_res_ptr[ab + 1]; ++q) count += p_.link_res[q] == r;
+        }
+      counts.push_back(std::max(count, 1));
+    }
+    return weight_memo_.emplace(key, std::move(counts)).first->second;
+  }
+
   // ---------------------------------------------------------------------------------------
   int32_t add_task(uint8_t kind, double duration, int32_t device, int32_t op, int64_t bytes,
                    std::initializer_list<int32_t> resources, int32_t src = -1) {
@@ -400,7 +562,9 @@ class Expander {
     for (int32_t op = 0; op < p_.num_ops; ++op) {
       const Layout& l = layouts_[op_layout_[op]];
       inst_[op] = static_cast<int32_t>(g_->duration.size());
-      for (int32_t j = 0; j < l.size(); ++j) {
+      if (p_.op_persist[op] > 0)
+        for (int32_t d : l.devs) g_->persistent_bytes[d] += p_.op_persist[op];
+      for (int32_t j : l.emit) {
         const int32_t d = l.devs[j];
         const double samples = l.mode == kReplicated ? l.counts[j] : B;
         const size_t k = static_cast<size_t>(p_.dev_type[d]) * p_.num_ops + op;
@@ -410,12 +574,12 @@ class Expander {
           add_task(kCompute, t, d, op, bytes, {d, host_resource(p_.dev_host[d])});
         else
           add_task(kCompute, t, d, op, bytes, {d});
-        if (p_.op_persist[op] > 0) g_->persistent_bytes[d] += p_.op_persist[op];
       }
     }
   }
 
-  int32_t instance(int32_t op, int32_t j) const { return inst_[op] + j; }
+  // The task of op's instance at position j of its layout (j's device must be simulated).
+  int32_t instance(int32_t op, int32_t j) const { return inst_[op] + layouts_[op_layout_[op]].slot[j]; }
   int32_t host_resource(int32_t host) const { return 2 * p_.num_devices + p_.num_links + host; }
 
   int32_t transfer(int32_t task, int32_t to, int64_t bytes, bool memo = true) {
@@ -428,7 +592,13 @@ class Expander {
     }
     const size_t pair = static_cast<size_t>(from) * p_.num_devices + to;
     TaskGraph& g = *g_;
-    const double total = p2p_time(from, to, static_cast<double>(bytes));
+    // A collapsed transfer (header comment) holds its busiest links for all the pieces they carry;
+    // links that carry fewer are held that much shorter by a task beside it.
+    const std::vector<int32_t>& counts = link_counts(from, to);
+    exact_ = exact_ && dev_mult_[from] == 1;
+    const int32_t most = counts.empty() ? 1 : *std::max_element(counts.begin(), counts.end());
+    const double piece = p2p_time(from, to, static_cast<double>(bytes));
+    const double total = most * piece;
     // Between CPU devices of two processes a transfer is a gRPC request: host_message_s of its
     // latency is CPU work (request handling in both processes) that holds both executors; the rest
     // of the latency is waiting. The bytes then move on the link beside the ops: on this
@@ -449,13 +619,38 @@ class Expander {
       edge(wait, handled, false);
       duration = total - latency;
     }
+    const int32_t lo = p_.link_res_ptr[pair], hi = p_.link_res_ptr[pair + 1];
+    for (int32_t k = lo; k < hi; ++k) {
+      const int32_t c = counts.empty() ? most : counts[k - lo];
+      if (c == most) continue;
+      bool first = true;                 // one task per smaller count, holding its links
+      for (int32_t q = lo; q < k; ++q) first &= counts[q - lo] != c;
+      if (!first) continue;
+      const int32_t side = static_cast<int32_t>(g.duration.size());
+      g.duration.push_back(c * piece);
+      for (int32_t q = k; q < hi; ++q)
+        if (counts[q - lo] == c) g.res.push_back(2 * p_.num_devices + p_.link_res[q]);
+      g.res_ptr.push_back(static_cast<int32_t>(g.res.size()));
+      g.mem_device.push_back(-1);
+      g.mem_bytes.push_back(0);
+      task_device_.push_back(to);
+      if (meta_) {
+        meta_->kind.push_back(kTransfer);
+        meta_->op.push_back(meta_->op[task]);
+        meta_->device.push_back(to);
+        meta_->src.push_back(-1);
+      }
+      edge(task, side, false);
+    }
     const int32_t id = static_cast<int32_t>(g.duration.size());
     g.duration.push_back(duration);
-    for (int32_t k = p_.link_res_ptr[pair]; k < p_.link_res_ptr[pair + 1]; ++k)
-      g.res.push_back(2 * p_.num_devices + p_.link_res[k]);
+    for (int32_t k = lo; k < hi; ++k)
+      if (counts.empty() || counts[k - lo] == most) g.res.push_back(2 * p_.num_devices + p_.link_res[k]);
     g.res_ptr.push_back(static_cast<int32_t>(g.res.size()));
-    g.mem_device.push_back(bytes > 0 ? to : -1);
-    g.mem_bytes.push_back(std::max<int64_t>(bytes, 0));
+    // Each member of to's class receives one piece from every member of from's class.
+    const int64_t landed = std::max<int64_t>(bytes, 0) * (dev_rep_[from] == from ? dev_mult_[from] : 1);
+    g.mem_device.push_back(landed > 0 ? to : -1);
+    g.mem_bytes.push_back(landed);
     task_device_.push_back(to);
     if (meta_) {
       meta_->kind.push_back(kTransfer);
@@ -487,8 +682,7 @@ class Expander {
         auto it = memo_concat_.find(key);
         if (it != memo_concat_.end()) return it->second;
         std::vector<int32_t> pieces;
-        for (int32_t k = 0; k < P.size(); ++k)
-          pieces.push_back(transfer(instance(src, k), d, bytes * P.counts[k] / p_.batch));
+        for (int32_t k : P.emit) pieces.push_back(transfer(instance(src, k), d, bytes * P.counts[k] / p_.batch));
         const int32_t c = add_task(kConcat, memcpy_time(d, 2.0 * bytes), d, src, bytes, {d});
         for (int32_t piece : pieces) edge(piece, c, true);
         ++num_concats;
@@ -508,7 +702,7 @@ class Expander {
           sum = it->second;
         } else {
           std::vector<int32_t> parts;
-          for (int32_t k = 0; k < P.size(); ++k) parts.push_back(transfer(instance(src, k), agg, bytes));
+          for (int32_t k : P.emit) parts.push_back(transfer(instance(src, k), agg, bytes));
           sum = add_task(kAddN, memcpy_time(agg, (P.size() + 1.0) * bytes), agg, src, bytes, {agg});
           for (int32_t part : parts) edge(part, sum, true);
           ++num_addns;
@@ -555,7 +749,8 @@ class Expander {
     // Collective streams of the members, plus the inter-machine links of the ring (it contends
     // with transfers there); NVLink/PCIe hops inside a machine are left to the streams.
     std::vector<int32_t> res;
-    for (int32_t d : devs) res.push_back(p_.num_devices + d);
+    for (int32_t d : devs)
+      if (dev_rep_[d] == d) res.push_back(p_.num_devices + d);
     std::vector<int32_t> ring(devs);
     std::sort(ring.begin(), ring.end(), [&](int32_t a, int32_t b) {
       return p_.dev_machine[a] != p_.dev_machine[b] ? p_.dev_machine[a] < p_.dev_machine[b] : a < b;
@@ -565,6 +760,7 @@ class Expander {
       if (p_.dev_machine[a] == p_.dev_machine[b]) continue;
       const size_t pair = static_cast<size_t>(a) * p_.num_devices + b;
       for (int32_t r = p_.link_res_ptr[pair]; r < p_.link_res_ptr[pair + 1]; ++r) {
+        if (!link_simulated(p_.link_res[r])) continue;
         const int32_t rid = 2 * p_.num_devices + p_.link_res[r];
         if (std::find(res.begin(), res.end(), rid) == res.end()) res.push_back(rid);
       }
@@ -590,6 +786,7 @@ class Expander {
       meta_->src.push_back(-1);
     }
     for (int32_t d : devs) {     // same order on every member (the compiler's control chain)
+      if (dev_rep_[d] != d) continue;
       edge(last_collective_[d], id, false);
       last_collective_[d] = id;
     }
@@ -631,6 +828,7 @@ class Expander {
       for (int32_t r : bucket) bytes += p_.t_bytes[p_.e_tensor[edges[r]]];
       const int32_t sum = add_task(kAddN, memcpy_time(agg, (devs.size() + 1.0) * bytes), agg, p_.e_src[e0], bytes, {agg});
       for (int32_t d : devs) {
+        if (dev_rep_[d] != d) continue;
         const int32_t pack = add_task(kPack, memcpy_time(d, 2.0 * bytes), d, p_.e_src[e0], bytes, {d});
         for (int32_t r : bucket) {
           const int32_t src = p_.e_src[edges[r]];
@@ -710,7 +908,7 @@ class Expander {
       for (int32_t e : request_edge_) {
         const int32_t src = p_.e_src[e];
         const Layout& P = layouts_[op_layout_[src]];
-        for (int32_t k = 0; k < P.size(); ++k) waits[{p_.t_level[p_.e_tensor[e]], P.devs[k]}].push_back(instance(src, k));
+        for (int32_t k : P.emit) waits[{p_.t_level[p_.e_tensor[e]], P.devs[k]}].push_back(instance(src, k));
       }
     auto hold = [&](int32_t level, const std::vector<int32_t>& devs, int32_t task) {
       for (int32_t d : devs) {
@@ -728,7 +926,7 @@ class Expander {
       std::sort(devs.begin(), devs.end());
       if (bucket.size() == 1) {
         const int32_t c = collective(devs, static_cast<double>(p_.e_bytes[e0]), p_.e_src[e0]);
-        for (int32_t k = 0; k < P0.size(); ++k) edge(instance(p_.e_src[e0], k), c, true);
+        for (int32_t k : P0.emit) edge(instance(p_.e_src[e0], k), c, true);
         hold(level, devs, c);
         result[bucket[0]].assign(p_.num_devices, c);
         continue;
@@ -737,6 +935,7 @@ class Expander {
       for (int32_t r : bucket) bytes += p_.t_bytes[p_.e_tensor[request_edge_[r]]];
       std::vector<int32_t> packs;
       for (int32_t d : devs) {
+        if (dev_rep_[d] != d) continue;
         const int32_t pack = add_task(kPack, memcpy_time(d, 2.0 * bytes), d, p_.e_src[e0], bytes, {d});
         for (int32_t r : bucket) {
           const int32_t src = p_.e_src[request_edge_[r]];
@@ -749,6 +948,7 @@ class Expander {
       hold(level, devs, c);
       std::vector<int32_t> unpack(p_.num_devices, -1);
       for (int32_t d : devs) {
+        if (dev_rep_[d] != d) continue;
         unpack[d] = add_task(kUnpack, memcpy_time(d, 2.0 * bytes), d, p_.e_src[e0], bytes, {d});
         edge(c, unpack[d], true);
       }
@@ -777,9 +977,8 @@ class Expander {
     const int32_t sp = add_task(kSplitTask, memcpy_time(at, 2.0 * bytes), at, src, bytes, {at});
     edge(full, sp, true);
     ++num_splits;
-    std::vector<int32_t> pieces;
-    for (int32_t j = 0; j < C.size(); ++j)
-      pieces.push_back(transfer(sp, C.devs[j], bytes * C.counts[j] / p_.batch));
+    std::vector<int32_t> pieces;   // by instance slot
+    for (int32_t j : C.emit) pieces.push_back(transfer(sp, C.devs[j], bytes * C.counts[j] / p_.batch));
     return memo_split_.emplace(key, std::move(pieces)).first->second;
   }
 
@@ -792,13 +991,13 @@ class Expander {
       const Layout& C = layouts_[cid];
       const uint8_t st = P.mode == kReplicated ? p_.e_state[e] : kFull;
       const uint8_t need = C.mode == kReplicated ? p_.e_need[e] : kFull;
-      for (int32_t j = 0; j < C.size(); ++j) {
+      for (int32_t j : C.emit) {
         const int32_t consumer = instance(dst, j);
         const int32_t d = C.devs[j];
         switch (need) {
           case kSplit:
             if (st == kSplit && same_split(P, C)) edge(instance(src, j), consumer, true);
-            else edge(split_of(e, cid)[j], consumer, true);
+            else edge(split_of(e, cid)[C.slot[j]], consumer, true);
             break;
           case kPartial:
             if (st == kPartial && P.mode == kReplicated && P.devs == C.devs) {
@@ -834,10 +1033,10 @@ class Expander {
       const Layout& la = layouts_[op_layout_[a]];
       const Layout& lb = layouts_[op_layout_[b]];
       if (la.size() > 1 && la.mode == lb.mode && la.devs == lb.devs) {
-        for (int32_t j = 0; j < lb.size(); ++j) edge(instance(a, j), instance(b, j), false);
+        for (int32_t j : lb.emit) edge(instance(a, j), instance(b, j), false);
       } else {
-        for (int32_t j = 0; j < lb.size(); ++j)
-          for (int32_t i = 0; i < la.size(); ++i) edge(instance(a, i), instance(b, j), false);
+        for (int32_t j : lb.emit)
+          for (int32_t i : la.emit) edge(instance(a, i), instance(b, j), false);
       }
     }
   }

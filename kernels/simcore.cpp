@@ -147,6 +147,7 @@ class Simulator {
     p_.dev_type = vec<int32_t>(d, "dev_type");
     p_.dev_machine = vec<int32_t>(d, "dev_machine");
     p_.dev_host = vec<int32_t>(d, "dev_host");
+    if (d.contains("machine_kind")) p_.machine_kind = vec<int32_t>(d, "machine_kind");
     p_.num_hosts = py::cast<int32_t>(d["num_hosts"]);
     p_.dev_capacity = vec<int64_t>(d, "dev_capacity");
     p_.type_mem_bw = vec<double>(d, "type_mem_bw");
@@ -169,12 +170,23 @@ class Simulator {
       }
     }
     check();
+    // The first device pair that holds each link, and where in that pair's list (collapsed runs
+    // report a link that was not simulated from the same link of the representatives' pair).
+    const int64_t D = p_.num_devices;
+    link_pair_.assign(p_.num_links, -1);
+    link_at_.assign(p_.num_links, 0);
+    for (int64_t pair = 0; pair < D * D; ++pair)
+      for (int32_t k = p_.link_res_ptr[pair]; k < p_.link_res_ptr[pair + 1]; ++k)
+        if (link_pair_[p_.link_res[k]] < 0) {
+          link_pair_[p_.link_res[k]] = pair;
+          link_at_[p_.link_res[k]] = k - p_.link_res_ptr[pair];
+        }
   }
 
   // Expand and simulate one strategy. Returns a dict (see tag_tf/sim/simulator.py).
   py::dict run(Arr<int32_t> grp_ptr, Arr<int32_t> grp_devs, Arr<uint8_t> grp_option, py::object shares,
                py::object mp_part, int64_t fusion_bytes, bool sync_after_backward, py::object op_dup,
-               bool with_tasks) {
+               bool with_tasks, bool collapse) {
     if (grp_ptr.size() != p_.num_groups + 1 || grp_option.size() != p_.num_groups)
       throw std::invalid_argument("strategy: expected one device list and option per group");
     if (grp_ptr.data()[p_.num_groups] != grp_devs.size() || grp_ptr.data()[0] != 0)
@@ -211,7 +223,7 @@ class Simulator {
     tag_sim::Status status = tag_sim::Status::kOk;
     {
       py::gil_scoped_release nogil;
-      err = expander_.expand(s, graph_, &meta_);
+      err = expander_.expand(s, graph_, &meta_, collapse);
       if (err.empty()) status = engine_.run(graph_.view());
     }
     if (!err.empty()) throw py::value_error(err);
@@ -225,6 +237,8 @@ class Simulator {
   tag_sim::Engine engine_;
   tag_sim::TaskGraph graph_;
   tag_sim::TaskMeta meta_;
+  std::vector<int64_t> link_pair_;
+  std::vector<int32_t> link_at_;
 
   void check() const {
     const size_t N = p_.num_ops, D = p_.num_devices, T = p_.num_types;
@@ -245,6 +259,14 @@ class Simulator {
     need(p_.dev_type.size() == D && p_.dev_machine.size() == D && p_.dev_capacity.size() == D &&
              p_.dev_host.size() == D, "device arrays");
     for (int32_t h : p_.dev_host) need(h >= -1 && h < p_.num_hosts, "dev_host out of range");
+    if (!p_.machine_kind.empty()) {
+      int32_t machines = 0;
+      for (int32_t m : p_.dev_machine) {
+        need(m >= 0, "dev_machine out of range");
+        machines = std::max(machines, m + 1);
+      }
+      need(p_.machine_kind.size() == static_cast<size_t>(machines), "machine_kind: one entry per machine");
+    }
     need(p_.type_mem_bw.size() == T && p_.type_launch.size() == T, "device type arrays");
     need(std::isfinite(p_.host_message_s) && p_.host_message_s >= 0, "host_message_s must be finite and >= 0");
     need(p_.link_res_ptr.size() == D * D + 1 && p_.link_bw.size() == D * D && p_.link_lat.size() == D * D, "link arrays");
@@ -270,32 +292,61 @@ class Simulator {
     // an output becoming ready and its transfer starting.
     std::vector<double> gstart(G, INFINITY), gend(G, 0.0), gwait(G, 0.0), gbusy(G, 0.0);
     std::vector<int32_t> gsent(G, 0);
+    // A simulated device stands for its class (expand.h): its instances count once per member.
     for (size_t i = 0; i < n; ++i) {
       const int32_t op = meta_.op[i];
       if (op < 0) continue;
       const int32_t g = p_.op_group[op];
+      const int32_t dev = meta_.device[i];
+      const int32_t times = dev >= 0 ? expander_.multiplicity(dev) : 1;
       if (meta_.kind[i] == tag_sim::kCompute) {
         gstart[g] = std::min(gstart[g], start[i]);
         gend[g] = std::max(gend[g], end[i]);
-        gbusy[g] += graph_.duration[i];
+        gbusy[g] += graph_.duration[i] * times;
       } else if (meta_.kind[i] == tag_sim::kTransfer && meta_.src[i] >= 0 &&
                  meta_.kind[meta_.src[i]] == tag_sim::kCompute) {
-        gwait[g] += start[i] - end[meta_.src[i]];
-        gsent[g] += 1;
+        gwait[g] += (start[i] - end[meta_.src[i]]) * times;
+        gsent[g] += times;
       }
     }
     for (int32_t g = 0; g < G; ++g) {
       if (gsent[g]) gwait[g] /= gsent[g];
       if (!std::isfinite(gstart[g])) gstart[g] = 0.0;
     }
+    // Per-device and per-link results of devices and links that were not simulated: their
+    // representative's (a link: the same link of the representatives' pair).
+    const int32_t D = p_.num_devices;
+    std::vector<int64_t> peak(engine_.peak_bytes());
+    std::vector<uint8_t> oom(engine_.oom());
+    std::vector<double> busy(engine_.busy());
+    for (int32_t d = 0; d < D; ++d) {
+      const int32_t r = expander_.rep_of(d);
+      if (r == d) continue;
+      peak[d] = peak[r];
+      oom[d] = oom[r];
+      busy[d] = busy[r];
+      busy[D + d] = busy[D + r];
+    }
+    if (expander_.num_simulated() < D)
+      for (int32_t link = 0; link < p_.num_links; ++link) {
+        if (expander_.link_simulated(link) || link_pair_[link] < 0) continue;
+        const int64_t pair = link_pair_[link];
+        const int32_t ra = expander_.rep_of(static_cast<int32_t>(pair / D));
+        const int32_t rb = expander_.rep_of(static_cast<int32_t>(pair % D));
+        const size_t rpair = static_cast<size_t>(ra) * D + rb;
+        const int32_t width = p_.link_res_ptr[pair + 1] - p_.link_res_ptr[pair];
+        const bool same = ra != rb && p_.link_res_ptr[rpair + 1] - p_.link_res_ptr[rpair] == width;
+        busy[2 * D + link] = same ? busy[2 * D + p_.link_res[p_.link_res_ptr[rpair] + link_at_[link]]] : 0.0;
+      }
     py::dict out;
     out["makespan"] = engine_.makespan();
     out["num_tasks"] = static_cast<int64_t>(n);
-    out["peak_bytes"] = to_numpy(engine_.peak_bytes());
+    out["devices_simulated"] = expander_.num_simulated();
+    out["exact"] = expander_.exact();
+    out["peak_bytes"] = to_numpy(peak);
     out["persistent_bytes"] = to_numpy(graph_.persistent_bytes);
-    std::vector<uint8_t> oom(engine_.oom());
     out["oom"] = to_numpy(oom);
-    out["busy"] = to_numpy(engine_.busy());
+    out["busy"] = to_numpy(busy);
     out["group_start"] = to_numpy(gstart);
     out["group_end"] = to_numpy(gend);
     out["group_busy"] = to_numpy(gbusy);
@@ -339,13 +390,14 @@ class Simulator {
 
 PYBIND11_MODULE(_simcore, m) {
   m.doc() = "tag_tf native simulator core (discrete-event engine, see kernels/engine.h)";
-  m.attr("ABI_VERSION") = 6;
+  m.attr("ABI_VERSION") = 7;
 
   py::class_<Simulator>(m, "Simulator", "A prepared graph + topology: expand and simulate strategies.")
       .def(py::init<const py::dict&>(), py::arg("prepared"))
       .def("run", &Simulator::run, py::arg("grp_ptr").noconvert(), py::arg("grp_devs").noconvert(),
            py::arg("grp_option").noconvert(), py::arg("shares"), py::arg("mp_part"), py::arg("fusion_bytes") = 0,
            py::arg("sync_after_backward") = false, py::arg("op_dup") = py::none(), py::arg("with_tasks") = false,
+           py::arg("collapse") = false,
            "Expand a strategy into tasks and simulate one iteration; returns a summary dict.");
 
   m.def(

@@ -108,6 +108,7 @@ class Prepared:
     dev_machine: np.ndarray       # int32 [D]
     dev_host: np.ndarray          # int32 [D]: the executor a CPU device's ops hold, else -1 (see prepare)
     num_hosts: int                # host executors (one per machine; "one" mode uses the first)
+    machine_kind: np.ndarray      # int32 [M]: machines of one kind are interchangeable (see machine_kinds)
     dev_capacity: np.ndarray      # int64 [D]: memory bytes
     type_mem_bw: np.ndarray       # float64 [T]: memory bandwidth, bytes/s (memcpy-like op costs)
     type_launch: np.ndarray       # float64 [T]: kernel launch overhead, seconds
@@ -293,9 +294,25 @@ def _device_arrays(topology: Topology, kinds: tuple[tuple[str, float], ...], cpu
             "dev_machine": np.array([d.machine for d in devices], dtype=np.int32),
             "dev_host": np.array([-1 if d.type != "cpu" or cpu_executor == "per-device" else
                                   0 if cpu_executor == "one" else d.machine for d in devices], dtype=np.int32),
+            "machine_kind": machine_kinds(topology),
             "dev_capacity": np.array([d.memory_bytes for d in devices], dtype=np.int64),
             "type_mem_bw": np.array([g.mem_bandwidth for g in gpus], dtype=np.float64),
             "type_launch": np.array([g.launch_overhead_s for g in gpus], dtype=np.float64)}
+
+
+def machine_kinds(topology: Topology) -> np.ndarray:
+    """Per machine, a kind: on a switch, machines with the same GPUs, links, port and speed are
+    interchangeable (swapping two is a symmetry of the cluster), so the native expander may simulate
+    devices a plan treats alike on them once (kernels/expand.h, device classes). With a bandwidth
+    matrix every machine is its own kind."""
+    kinds: dict[Any, int] = {}
+    out = []
+    for i, m in enumerate(topology.machines):
+        key: Any = i if not topology.is_switch else (
+            m.gpus, m.intra_bandwidth, m.intra_link, m.latency, m.speed, topology.port_bandwidth(i)
+            if topology.num_machines > 1 else None)
+        out.append(kinds.setdefault(key, len(kinds)))
+    return np.array(out, dtype=np.int32)
 
 
 def _link_arrays(topology: Topology) -> tuple[dict[str, Any], tuple[str, ...]]:

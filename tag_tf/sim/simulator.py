@@ -59,6 +59,8 @@ class SimReport:
     sim_ms: float
     tasks: Mapping[str, np.ndarray] | None = dataclasses.field(default=None, repr=False)
     client_s: float = 0.0                     # of iteration_time_s: the client's feed and drive (sim.client)
+    devices_simulated: int = 0                # devices expanded (device classes: the rest stand with them)
+    exact: bool = True                        # False: a collapsed run whose classes sent transfers as blocks
 
     @property
     def oom(self) -> bool:
@@ -70,6 +72,7 @@ class SimReport:
                 "device_idle": [round(x, 4) for x in self.device_idle],
                 "link_idle": {k: round(v, 4) for k, v in self.link_idle.items()},
                 "conversions": dict(self.conversions), "num_tasks": self.num_tasks,
+                "devices_simulated": self.devices_simulated, "exact": self.exact,
                 **({"client_s": self.client_s} if self.client_s else {})}
 
 
@@ -326,13 +329,16 @@ class Simulator:
         return (ptr, np.asarray(devs, dtype=np.int32), options, shares, mp, int(strategy.fusion_bytes or 0),
                 bool(strategy.sync_after_backward), dup)
 
-    def simulate(self, strategy: Strategy, *, detail: bool = False) -> SimReport:
+    def simulate(self, strategy: Strategy, *, detail: bool = False, collapse: bool = True) -> SimReport:
+        """One iteration of `strategy`. `collapse`: devices the plan treats alike on interchangeable
+        machines are simulated once (kernels/expand.h, device classes); False expands every device,
+        as `detail` (the task graph, for traces) always does."""
         if strategy.op_groups is not None and tuple(strategy.op_groups) != self._own_groups:
-            return self.for_strategy(strategy).simulate(strategy, detail=detail)
+            return self.for_strategy(strategy).simulate(strategy, detail=detail, collapse=collapse)
         args = self.encode(strategy)
         start = time.perf_counter()
         try:
-            out = self._native.run(*args, with_tasks=detail)
+            out = self._native.run(*args, with_tasks=detail, collapse=collapse and not detail)
         except ValueError as e:
             raise StrategyError(str(e)) from None
         sim_ms = (time.perf_counter() - start) * 1e3
@@ -361,7 +367,8 @@ class Simulator:
                          tuple(int(x) for x in out["persistent_bytes"]),
                          tuple(int(d.memory_bytes) for d in self.topology.devices), oom, idle, links,
                          out["group_end"] - out["group_start"], out["group_busy"], out["group_out_wait"],
-                         dict(out["conversions"]), int(out["num_tasks"]), sim_ms, tasks)
+                         dict(out["conversions"]), int(out["num_tasks"]), sim_ms, tasks,
+                         devices_simulated=int(out["devices_simulated"]), exact=bool(out["exact"]))
 
     # -- traces -----------------------------------------------------------------------------
     def task_graph(self, report: SimReport):

@@ -1,7 +1,8 @@
 """Naming a topology: `load_topology(spec)` accepts
   * a preset name: ``testbed``, ``cloud`` (the paper's clusters; ``-nominal`` for datasheet physics),
     ``local`` / ``local:N`` (this machine; N virtual CPU devices when TensorFlow sees no GPU),
-    ``random:SEED`` (the paper's random topology generator);
+    ``random:SEED`` (the paper's random topology generator), ``mixed:N`` (N GPUs in eight-GPU
+    machines of H100, A100-80GB and V100-32GB: the scale study's clusters);
   * a path to a ``.yaml`` / ``.yml`` / ``.json`` file (format: `tag_tf.topology.parse`);
   * a dict in the same format (or a Topology, returned as is).
 
@@ -16,11 +17,12 @@ from collections.abc import Mapping
 
 from tag_tf.errors import TopologyError
 from tag_tf.topology.parse import load_file, topology_from_dict
-from tag_tf.topology.presets import cloud, local, testbed
+from tag_tf.topology.presets import cloud, local, mixed, testbed
 from tag_tf.topology.random_gen import random_topology
 from tag_tf.topology.spec import Topology
 
-PRESETS = ("testbed", "cloud", "testbed-nominal", "cloud-nominal", "local", "local:N", "random:SEED")
+PRESETS = ("testbed", "cloud", "testbed-nominal", "cloud-nominal", "local", "local:N", "random:SEED",
+           "mixed:N")
 
 
 def load_topology(spec: str | Mapping | Topology) -> Topology:
@@ -61,6 +63,10 @@ def _load_preset(text: str) -> Topology | None:
             return random_topology(int(arg))
         except ValueError:
             raise TopologyError(f"topology {text!r}: random:SEED needs an integer seed") from None
+    if name == "mixed":
+        if arg.isdigit():
+            return mixed(int(arg))
+        raise TopologyError(f"topology {text!r}: mixed:N needs a GPU count (a multiple of 8)")
     return None
 
 

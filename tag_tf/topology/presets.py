@@ -100,3 +100,27 @@ def _local_gpus(names: list[str]) -> Topology:
             specs.append(GpuSpec(t, GPU_TYPES[t].memory_bytes))
     machine = Machine("localhost", tuple(specs), LOCAL_GPU_BANDWIDTH, "pcie")
     return Topology("local", (machine,), gpu_types=tuple(custom.values()))
+
+
+# The scale study's clusters (`mixed:N`): eight-GPU machines, a quarter H100 and the rest A100-80GB
+# and V100-32GB in equal parts; NVLink inside each machine, 200 Gbps NICs on the H100 and A100
+# machines, 100 Gbps on the V100 ones, one non-blocking switch.
+MIXED_TYPES = (("h100", "H100", 450e9, 200e9 / 8), ("a100", "A100-80GB", 300e9, 200e9 / 8),
+               ("v100", "V100-32GB", 150e9, 100e9 / 8))
+
+
+def mixed(num_gpus: int) -> Topology:
+    """A mixed cluster of `num_gpus` GPUs (a multiple of 8, at least 16) in eight-GPU machines:
+    round(machines / 4) H100 machines (at least one), the rest split between A100-80GB and
+    V100-32GB (the V100s take the odd one)."""
+    if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 16 or num_gpus % 8:
+        raise TopologyError(f"mixed:{num_gpus}: the GPU count must be a multiple of 8, at least 16")
+    m = num_gpus // 8
+    h = max(1, round(m / 4))
+    a = (m - h) // 2
+    counts = (h, a, m - h - a)
+    machines = []
+    for (prefix, gpu, intra, nic), count in zip(MIXED_TYPES, counts, strict=True):
+        for i in range(count):
+            machines.append(Machine.of(f"{prefix}-{i}", gpu, 8, intra, "nvlink", nic_bandwidth=nic))
+    return Topology(f"mixed:{num_gpus}", tuple(machines))

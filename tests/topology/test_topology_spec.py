@@ -412,3 +412,17 @@ def test_cli_show_text_and_errors(capsys, tmp_path):
     assert cli_main(["topology", "show", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "bad.yaml" in err and "V200" in err and len(err.strip().splitlines()) == 1
+
+
+def test_mixed_presets_are_the_scale_study_clusters():
+    from collections import Counter
+
+    t = load_topology("mixed:256")
+    assert t.num_devices == 256 and t.num_machines == 32
+    assert Counter(d.type for d in t.devices) == {"H100": 64, "A100-80GB": 96, "V100-32GB": 96}
+    assert all(m.num_gpus == 8 and m.intra_link == "nvlink" for m in t.machines)
+    assert {m.nic_bandwidth for m in t.machines} == {200e9 / 8, 100e9 / 8}
+    assert load_topology("mixed:16").num_machines == 2
+    for bad in ("mixed:12", "mixed:8", "mixed:x", "mixed:"):
+        with pytest.raises(TopologyError, match="mixed"):
+            load_topology(bad)
