@@ -108,6 +108,8 @@ struct Prepared {
   Piecewise p2p_intra, p2p_inter;                        // fitted transfer models (optional)
   double host_message_s = 0;                             // CPU part of a gRPC transfer's latency
   double fabric_bw = 1e30;                               // what the network carries at once, bytes/s
+  bool hierarchical = false;                             // GPU all-reduces may run in two levels
+  bool feed_local = false;                               // sources read on every replica (their own part)
   std::vector<Piecewise> allreduce_intra, allreduce_inter;  // fitted all-reduce, by device count
 };
 
@@ -317,7 +319,9 @@ class Expander {
       const int32_t lo = s.grp_ptr[gid], n = s.grp_ptr[gid + 1] - lo;
       const uint8_t opt = s.grp_option[gid];
       if (p_.op_flags[op] & kSource) {
-        op_layout_[op] = s.grp_devs[lo];
+        // Fed once, on the group's first device; or, where every machine reads its own part of
+        // each batch, on every replica of a replicated group.
+        op_layout_[op] = p_.feed_local && bl.mode == kReplicated ? base : s.grp_devs[lo];
       } else if (opt == kModelParallel && n > 1) {
         const int32_t part = s.mp_part ? s.mp_part[op] : 0;
         if (part < 0) return "op " + std::to_string(op) + ": model-parallel group " + std::to_string(gid) + " without a part";
@@ -354,6 +358,14 @@ class Expander {
     if (l.shard < 0) l.shard = id;
     layouts_.push_back(std::move(l));
     return id;
+  }
+
+  // The state edge e's tensor has, produced under layout P: whole on a single device, as the
+  // analysis says on replicas; an input read on every replica holds that replica's part.
+  uint8_t state_of(int32_t e, const Layout& P) const {
+    if (P.mode != kReplicated) return kFull;
+    if (p_.feed_local && (p_.op_flags[p_.e_src[e]] & kSource) && p_.e_state[e] == kFull) return kSplit;
+    return p_.e_state[e];
   }
 
   static bool same_split(const Layout& a, const Layout& b) {
@@ -552,7 +564,39 @@ class Expander {
       hops += p_.dev_machine[ring[k]] != p_.dev_machine[ring[(k + 1) % n]];
     }
     if (hops > 0) bw = std::min(bw, p_.fabric_bw / hops);   // a blocking network shares what it carries
-    return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
+    const double flat = 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
+    if (!p_.hierarchical || hops < 2 || hops == static_cast<int32_t>(n)) return flat;
+    return std::min(flat, two_level_time(ring, bytes));
+  }
+
+  // NCCL's and Horovod's two-level all-reduce over `ring` (machine-major, GPUs only): a
+  // reduce-scatter inside every machine, an all-reduce over the machines (each machine's GPUs take
+  // a slice each, together the whole tensor through the machine's port), an all-gather inside every
+  // machine. The slowest machine sets each inner phase.
+  double two_level_time(const std::vector<int32_t>& ring, double bytes) const {
+    const size_t n = ring.size();
+    double inner = 0, bw = INFINITY, lat = 0;
+    int32_t machines = 0;
+    for (size_t lo = 0; lo < n;) {
+      size_t hi = lo;
+      while (hi < n && p_.dev_machine[ring[hi]] == p_.dev_machine[ring[lo]]) ++hi;
+      const size_t g = hi - lo;
+      if (p_.dev_host[ring[lo]] >= 0) return INFINITY;          // CPU tasks: TensorFlow's flat ring
+      if (g > 1) {
+        const size_t pair = static_cast<size_t>(ring[lo]) * p_.num_devices + ring[lo + 1];
+        inner = std::max(inner, (g - 1.0) / g * bytes / p_.link_bw[pair] + (g - 1.0) * p_.link_lat[pair]);
+      }
+      const size_t next = hi % n;                                  // to the next machine's first GPU
+      const size_t pair = static_cast<size_t>(ring[lo]) * p_.num_devices + ring[next];
+      bw = std::min(bw, p_.link_bw[pair]);
+      lat = std::max(lat, p_.link_lat[pair]);
+      ++machines;
+      lo = hi;
+    }
+    bw = std::min(bw, p_.fabric_bw / machines);
+    // Between the machines NCCL's double binary trees: the ring's bandwidth, latency in log2(m) hops.
+    const double m = machines;
+    return 2.0 * inner + 2.0 * (m - 1) / m * bytes / bw + 2.0 * std::ceil(std::log2(m)) * lat;
   }
 
   // ---------------------------------------------------------------------------------------
@@ -670,7 +714,7 @@ class Expander {
   int32_t full_on(int32_t e, int32_t d, int32_t consumer) {
     const int32_t src = p_.e_src[e];
     const Layout& P = layouts_[op_layout_[src]];
-    const uint8_t st = P.mode == kReplicated ? p_.e_state[e] : kFull;
+    const uint8_t st = state_of(e, P);
     const int64_t bytes = p_.e_bytes[e];
     const int64_t key = static_cast<int64_t>(p_.e_tensor[e]) * p_.num_devices + d;
     switch (st) {
@@ -970,7 +1014,7 @@ class Expander {
     const int32_t src = p_.e_src[e];
     const Layout& P = layouts_[op_layout_[src]];
     const Layout& C = layouts_[consumer];
-    const uint8_t st = P.mode == kReplicated ? p_.e_state[e] : kFull;
+    const uint8_t st = state_of(e, P);
     const int32_t at = (st == kFull && P.index_of(C.devs[0]) < 0) ? P.devs[0] : C.devs[0];
     const int64_t bytes = p_.e_bytes[e];
     const int32_t full = full_on(e, at, -1);
@@ -989,7 +1033,7 @@ class Expander {
       const int32_t pid = op_layout_[src], cid = op_layout_[dst];
       const Layout& P = layouts_[pid];
       const Layout& C = layouts_[cid];
-      const uint8_t st = P.mode == kReplicated ? p_.e_state[e] : kFull;
+      const uint8_t st = state_of(e, P);
       const uint8_t need = C.mode == kReplicated ? p_.e_need[e] : kFull;
       for (int32_t j : C.emit) {
         const int32_t consumer = instance(dst, j);

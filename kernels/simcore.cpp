@@ -160,6 +160,8 @@ class Simulator {
     p_.p2p_inter = piecewise(d, "p2p_inter");
     if (d.contains("host_message_s")) p_.host_message_s = py::cast<double>(d["host_message_s"]);
     if (d.contains("fabric_bw")) p_.fabric_bw = py::cast<double>(d["fabric_bw"]);
+    if (d.contains("hierarchical")) p_.hierarchical = py::cast<bool>(d["hierarchical"]);
+    if (d.contains("feed_local")) p_.feed_local = py::cast<bool>(d["feed_local"]);
     for (auto [key, fits] : {std::pair{"allreduce_intra", &p_.allreduce_intra},
                              std::pair{"allreduce_inter", &p_.allreduce_inter}}) {
       if (!d.contains(key)) continue;

@@ -88,6 +88,10 @@ def local_search(sim: Simulator, topology: Topology, *, budget_s: float = 30.0, 
     current, best, improved = improve(cost, current, best, candidates, moves, deadline,
                                       max_passes=max_passes, progress=progress)
     current, best = tune_fusion(cost, current, best, deadline)
+    if np.isfinite(best):         # judged device by device where device classes were not exact
+        best = cost.confirmed(current, best)
+        if not best < times[best_name]:
+            current, best = starts[best_name], times[best_name]
     strategy = dataclasses.replace(current, graph=sim.analysis.graph.fingerprint, topology=topology.fingerprint,
                                    name="auto")
     return SearchResult(strategy, best, times, cost.evaluations, time.perf_counter() - start_time, len(improved))

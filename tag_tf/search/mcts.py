@@ -317,6 +317,8 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
         best_plan, best_time = tune_fusion(cost, best_plan, best_time, deadline)
         best_plan, best_time = balance_shares(cost, best_plan, best_time, deadline,
                                               ShareSolver(sim.for_strategy(best_plan)))
+    if np.isfinite(best_time):
+        best_time = cost.confirmed(best_plan, best_time)
     fell_back = not best_time < reference
     if fell_back and best_name in fixed:
         best_plan, best_time = fixed[best_name], reference

@@ -37,11 +37,20 @@ class Evaluator:
         report = self.report(strategy)
         return float("inf") if report is None or report.oom else report.iteration_time_s
 
-    def report(self, strategy: Strategy) -> SimReport | None:
+    def confirmed(self, strategy: Strategy, seconds: float) -> float:
+        """`strategy`'s time in a full simulation where its collapsed one (device classes,
+        kernels/expand.h) was not exact: a plan the search returns is judged device by device."""
+        report = self.report(strategy)
+        if report is None or report.oom or report.exact:
+            return seconds
+        report = self.report(strategy, collapse=False)
+        return float("inf") if report is None or report.oom else report.iteration_time_s
+
+    def report(self, strategy: Strategy, *, collapse: bool = True) -> SimReport | None:
         """The simulation report, or None when the strategy cannot run (see __call__)."""
         self.evaluations += 1
         try:
-            return self.sim.simulate(strategy)
+            return self.sim.simulate(strategy, collapse=collapse)
         except StrategyError:          # e.g. a batch too small for that many replicas
             return None
         except RuntimeError as e:
@@ -74,20 +83,53 @@ class Deadline:
             raise OutOfTime
 
 
+# Above this many machines the device sets follow the cluster's hierarchy (machine kinds and
+# counts) instead of listing every machine: one action per machine would make the tree as wide as
+# the cluster, and plans over whole machines of a kind are what the simulator's device classes
+# make cheap.
+HIERARCHY_MACHINES = 8
+
+
 def candidate_device_sets(topology: Topology) -> list[tuple[int, ...]]:
-    """All devices; the devices of the k fastest GPU types for each k; each machine's group."""
+    """All devices; the devices of the k fastest GPU types for each k; then, on up to
+    HIERARCHY_MACHINES machines, each machine's group, and on larger clusters each speed class alone
+    and its first 1, 2, 4, ... machines (`hierarchy_sets`)."""
     caps = device_capacities(topology)
     speeds = sorted({c for c in caps}, reverse=True)
     sets: list[tuple[int, ...]] = [tuple(range(topology.num_devices))]
     for k in range(1, len(speeds)):
         keep = set(speeds[:k])
         sets.append(tuple(d for d in range(topology.num_devices) if caps[d] in keep))
-    sets.extend(tuple(g.devices) for g in topology.groups)
+    if topology.num_machines > HIERARCHY_MACHINES:
+        sets.extend(hierarchy_sets(topology, caps))
+    else:
+        sets.extend(tuple(g.devices) for g in topology.groups)
     unique: list[tuple[int, ...]] = []
     for s in sets:
         if s and s not in unique:
             unique.append(s)
     return unique
+
+
+def hierarchy_sets(topology: Topology, caps: Sequence[float]) -> list[tuple[int, ...]]:
+    """Device sets over whole machines of one speed (a machine's speed: its fastest device): each
+    speed class alone, and its first 1, 2, 4, ... machines, fastest class first."""
+    by_speed: dict[float, list[int]] = {}
+    for m in range(topology.num_machines):
+        speed = max(caps[d.id] for d in topology.devices if d.machine == m)
+        by_speed.setdefault(speed, []).append(m)
+    sets: list[tuple[int, ...]] = []
+    for speed in sorted(by_speed, reverse=True):
+        machines = by_speed[speed]
+        counts = [len(machines)]
+        n = 1
+        while n < len(machines):
+            counts.append(n)
+            n *= 2
+        for count in counts:
+            keep = set(machines[:count])
+            sets.append(tuple(d.id for d in topology.devices if d.machine in keep))
+    return sets
 
 
 def coupled_blocks(traffic: np.ndarray, *, ratio: float = 0.5, most: int = 6) -> list[tuple[int, ...]]:
@@ -178,5 +220,5 @@ def _progress(enabled: bool, total: int, label: str):
     return tqdm(total=total, desc=f"tag_tf: {label}", unit="sim", leave=False, disable=None)
 
 
-__all__ = ["Deadline", "Evaluator", "OutOfTime", "candidate_device_sets", "coupled_blocks", "improve",
-           "tune_fusion"]
+__all__ = ["HIERARCHY_MACHINES", "Deadline", "Evaluator", "OutOfTime", "candidate_device_sets", "coupled_blocks",
+           "hierarchy_sets", "improve", "tune_fusion"]

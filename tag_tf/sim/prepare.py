@@ -118,6 +118,8 @@ class Prepared:
     link_bw: np.ndarray           # float64 [D*D]: bytes/s (1e30 on the diagonal)
     link_lat: np.ndarray          # float64 [D*D]: seconds
     fabric_bw: float              # bytes/s the network carries at once (Topology.fabric_bandwidth; 1e30: no limit)
+    hierarchical: bool            # GPU all-reduces may run hierarchically (Topology.collectives)
+    feed_local: bool              # every machine reads its own part of each batch (Topology.input)
     # -- names (for reports and SFB; not read by the native code)
     link_names: tuple[str, ...]   # by link resource id
     tensor_names: tuple[str, ...]  # by tensor id
@@ -335,7 +337,8 @@ def _link_arrays(topology: Topology) -> tuple[dict[str, Any], tuple[str, ...]]:
     bw[~np.isfinite(bw)] = 1e30
     arrays = {"num_links": len(link_ids), "link_res_ptr": np.array(link_ptr, dtype=np.int32),
               "link_res": np.array(link_res, dtype=np.int32), "link_bw": bw, "link_lat": lat,
-              "fabric_bw": float(topology.fabric_bandwidth or 1e30)}
+              "fabric_bw": float(topology.fabric_bandwidth or 1e30),
+              "hierarchical": topology.collectives == "hierarchical", "feed_local": topology.input == "local"}
     return arrays, tuple(str(k) for k in link_ids)
 
 

@@ -23,6 +23,8 @@ File format (YAML shown; JSON is the same structure)::
     inter:
       switch: 100Gbps                # every machine's port bandwidth (unless its nic says otherwise)
       latency: 25us                  # optional, default 25 us
+      collectives: hierarchical      # optional: GPU all-reduces inside each machine, then a ring over the
+                                     # machines (NCCL's two-level form); default ring: one flat ring
       fabric: 1.7Gbps                # optional: what the network carries at once, every machine sending
                                      # (a ring's steps); default: non-blocking (each link its own)
     # or a full matrix, matrix[i][j] = bandwidth from machine i to machine j, rows/columns in machine
@@ -30,6 +32,8 @@ File format (YAML shown; JSON is the same structure)::
     #   inter: {matrix: [[0, 10Gbps], [10Gbps, 0]]}
     # or keyed by machine name (pairs given once apply both ways):
     #   inter: {matrix: {dgx: {worker-0: 10Gbps, worker-1: 10Gbps}, worker-0: {worker-1: 40Gbps}}}
+    input: local                     # optional: every machine reads its own part of each batch (between-graph
+                                     # runs, multi-worker input pipelines); default client: one program feeds
     gpu_types:                       # optional: GPU types beyond the built-in ones
       - {name: RTX2080Ti, peak_tflops: 13.4, mem_bandwidth: 616GB/s, memory: 11GiB}
         # (or peak_flops in FLOP/s; launch_overhead optional, default 5us; optional dense tensor-core
@@ -57,7 +61,7 @@ import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
 
 from tag_tf.errors import TopologyError
 from tag_tf.topology.gpus import GPU_TYPES, GpuType, gpu_type
-from tag_tf.topology.spec import DEFAULT_INTER_LATENCY, LINK_KINDS, GpuSpec, Machine, Topology
+from tag_tf.topology.spec import COLLECTIVES, DEFAULT_INTER_LATENCY, INPUTS, LINK_KINDS, GpuSpec, Machine, Topology
 from tag_tf.topology.units import (
     BANDWIDTH_UNITS,
     SIZE_UNITS,
@@ -70,11 +74,11 @@ from tag_tf.topology.units import (
 
 DEFAULT_LINK_BANDWIDTH = {"nvlink": 50e9, "pcie": 15.75e9, "local": 100e9}   # bytes/s
 
-_TOP_KEYS = ("name", "description", "units", "machines", "inter", "gpu_types")
+_TOP_KEYS = ("name", "description", "units", "machines", "inter", "gpu_types", "input")
 _MACHINE_KEYS = ("name", "gpus", "intra", "nic", "replicas", "speed")
 _GPU_KEYS = ("type", "count", "memory")
 _INTRA_KEYS = ("link", "bandwidth", "latency")
-_INTER_KEYS = ("switch", "matrix", "latency", "fabric")
+_INTER_KEYS = ("switch", "matrix", "latency", "fabric", "collectives")
 _TYPE_KEYS = ("name", "peak_tflops", "peak_flops", "mem_bandwidth", "memory", "launch_overhead", "tf32_tflops",
               "half_tflops", "sm_count", "capability")
 
@@ -196,7 +200,14 @@ class _Reader:
         raw = d.get("inter")
         fabric = (self.bandwidth(raw["fabric"], "inter.fabric")
                   if isinstance(raw, Mapping) and raw.get("fabric") is not None else None)
-        return Topology(name, tuple(machines), inter, latency, tuple(self.custom.values()), fabric)
+        collectives = raw.get("collectives", "ring") if isinstance(raw, Mapping) else "ring"
+        if collectives not in COLLECTIVES:
+            self.fail("inter.collectives", f"must be one of {', '.join(COLLECTIVES)}, got {collectives!r}")
+        source = d.get("input", "client")
+        if source not in INPUTS:
+            self.fail("input", f"must be one of {', '.join(INPUTS)}, got {source!r}")
+        return Topology(name, tuple(machines), inter, latency, tuple(self.custom.values()), fabric, collectives,
+                        source)
 
     def units(self, value: Any) -> None:
         u = self.mapping(value, "units", ("bandwidth", "memory", "latency"))

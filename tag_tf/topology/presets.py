@@ -104,7 +104,9 @@ def _local_gpus(names: list[str]) -> Topology:
 
 # The scale study's clusters (`mixed:N`): eight-GPU machines, a quarter H100 and the rest A100-80GB
 # and V100-32GB in equal parts; NVLink inside each machine, 200 Gbps NICs on the H100 and A100
-# machines, 100 Gbps on the V100 ones, one non-blocking switch.
+# machines, 100 Gbps on the V100 ones, one non-blocking switch; all-reduces hierarchical (NCCL's
+# two-level form: at hundreds of GPUs a flat ring pays two latencies per GPU); every machine reads
+# its own part of each batch (one client feeding 256 GPUs through one port would set every step).
 MIXED_TYPES = (("h100", "H100", 450e9, 200e9 / 8), ("a100", "A100-80GB", 300e9, 200e9 / 8),
                ("v100", "V100-32GB", 150e9, 100e9 / 8))
 
@@ -123,4 +125,4 @@ def mixed(num_gpus: int) -> Topology:
     for (prefix, gpu, intra, nic), count in zip(MIXED_TYPES, counts, strict=True):
         for i in range(count):
             machines.append(Machine.of(f"{prefix}-{i}", gpu, 8, intra, "nvlink", nic_bandwidth=nic))
-    return Topology(f"mixed:{num_gpus}", tuple(machines))
+    return Topology(f"mixed:{num_gpus}", tuple(machines), collectives="hierarchical", input="local")

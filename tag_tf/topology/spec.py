@@ -38,6 +38,8 @@ from tag_tf.topology.units import format_bandwidth, format_bytes, format_time
 LINK_KINDS = ("nvlink", "pcie", "local")
 DEFAULT_INTRA_LATENCY = {"nvlink": 5e-6, "pcie": 5e-6, "local": 1e-6}
 DEFAULT_INTER_LATENCY = 25e-6
+COLLECTIVES = ("ring", "hierarchical")
+INPUTS = ("client", "local")
 
 # A switch (every machine's port bandwidth unless its Machine.nic_bandwidth says otherwise),
 # a full machine-by-machine matrix (diagonal ignored), or None (single machine, or every machine
@@ -153,6 +155,15 @@ class Topology:
     # link its own bandwidth). A ring over m machines moves each hop at most fabric / m. Measured by
     # discovery where concurrent transfers share something (an emulated cluster's one kernel).
     fabric_bandwidth: float | None = None
+    # How GPU all-reduces across machines run: "ring" (one flat ring over every member, the model the
+    # paper's clusters were calibrated with) or "hierarchical" (also NCCL's and Horovod's two-level
+    # form: reduce inside each machine, a ring over the machines, gather inside each machine; the
+    # faster of the two is taken, as NCCL tunes its algorithm per size).
+    collectives: str = "ring"
+    # Where each batch's inputs are read: "client" (one program feeds them, as the paper's in-graph
+    # runs: the batch is split on the device that reads it and sent to the replicas) or "local" (every
+    # machine reads its own part, as between-graph runs and multi-worker input pipelines do).
+    input: str = "client"
 
     # ---- construction and validation ------------------------------------------------------
     def __post_init__(self) -> None:
@@ -177,6 +188,10 @@ class Topology:
         _check_latency(self.inter_latency, "inter.latency")
         if self.fabric_bandwidth is not None:
             object.__setattr__(self, "fabric_bandwidth", _check_bw(self.fabric_bandwidth, "inter.fabric"))
+        if self.input not in INPUTS:
+            raise TopologyError(f"input: must be one of {', '.join(INPUTS)}, got {self.input!r}")
+        if self.collectives not in COLLECTIVES:
+            raise TopologyError(f"inter.collectives: must be one of {', '.join(COLLECTIVES)}, got {self.collectives!r}")
         self._check_inter()
 
     def _check_inter(self) -> None:
@@ -363,8 +378,12 @@ class Topology:
             inter["switch"] = self.inter_bandwidth
         if self.fabric_bandwidth is not None:       # only when given: other files' fingerprints stay
             inter["fabric"] = self.fabric_bandwidth
+        if self.collectives != "ring":              # likewise
+            inter["collectives"] = self.collectives
         d = {"name": self.name, "units": {"bandwidth": "B/s", "memory": "B", "latency": "s"},
              "machines": machines, "inter": inter}
+        if self.input != "client":                  # only when given: other files' fingerprints stay
+            d["input"] = self.input
         if self.gpu_types:
             d["gpu_types"] = [{"name": t.name, "peak_flops": t.peak_flops,
                                "mem_bandwidth": t.mem_bandwidth, "memory": t.memory_bytes,
@@ -411,6 +430,10 @@ class Topology:
                     else format_bandwidth(self.inter_bandwidth)
                 lines.append(f"  inter-machine: switch, {default} per port, latency "
                              f"{format_time(self.inter_latency)}")
+            if self.input != "client":
+                lines.append("  inputs: every machine reads its own part of each batch")
+            if self.collectives != "ring":
+                lines.append("  all-reduces across machines: hierarchical (inside each machine, then a ring over the machines)")
             if self.fabric_bandwidth is not None:
                 lines.append(f"  the network carries {format_bandwidth(self.fabric_bandwidth)} at once "
                              f"(a ring over m machines: each hop at most that / m)")

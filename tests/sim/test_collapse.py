@@ -113,3 +113,51 @@ def test_machine_kinds_follow_the_cluster():
     matrix = load_topology({"name": "m", "machines": [{"name": "a", "gpus": "2x V100"}, {"name": "b", "gpus": "2x V100"}],
                             "inter": {"matrix": [[0, "10Gbps"], ["10Gbps", 0]]}})
     assert list(machine_kinds(matrix)) == [0, 1]
+
+
+def _with(topology, **changes):
+    import dataclasses
+
+    return dataclasses.replace(topology, **changes)
+
+
+def test_hierarchical_all_reduces_are_the_faster_of_two_levels_and_a_flat_ring():
+    """Topology.collectives: at 64 GPUs a flat ring pays two latencies per GPU; the two-level form
+    (reduce inside each machine, a ring over the machines, gather inside) pays them per machine."""
+    _, a = analysis_of("mlp", num_groups=12, batch_size=128)
+    ring = _with(mixed(64), collectives="ring")
+    plan = baseline("horovod", len(a.grouping.groups), ring)
+    flat = Simulator(a, ring, calibration=None).simulate(plan)
+    two = Simulator(a, mixed(64), calibration=None).simulate(plan)
+    assert two.iteration_time_s < flat.iteration_time_s
+    # One machine: nothing to gain, the same all-reduce.
+    one = _with(mixed(16), machines=mixed(16).machines[:1])
+    inside = baseline("horovod", len(a.grouping.groups), one)
+    assert Simulator(a, one, calibration=None).simulate(inside).iteration_time_s == pytest.approx(
+        Simulator(a, _with(one, collectives="ring"), calibration=None).simulate(inside).iteration_time_s)
+    # The field round-trips and stays out of files that do not name it.
+    assert load_topology(mixed(64).to_dict()).collectives == "hierarchical"
+    assert "collectives" not in ring.to_dict()["inter"] and ring.fingerprint != mixed(64).fingerprint
+    with pytest.raises(Exception, match="collectives"):
+        load_topology({**ring.to_dict(), "inter": {**ring.to_dict()["inter"], "collectives": "tree"}})
+
+
+def test_inputs_read_on_every_machine_are_not_scattered():
+    """Topology.input: "local": every replica reads its own part of the batch, so no split of the
+    inputs and no transfer of them; "client": one device reads the batch and sends the parts."""
+    _, a = analysis_of("mlp", num_groups=12, batch_size=128)
+    local = mixed(16)
+    client = _with(local, input="client")
+    plan = baseline("horovod-p", len(a.grouping.groups), local)
+    fed = Simulator(a, client, calibration=None).simulate(plan, detail=True)
+    read = Simulator(a, local, calibration=None).simulate(plan, detail=True)
+    sources = set(np.flatnonzero(Simulator(a, local).source_ops()))
+    def moved(report):
+        t = report.tasks
+        return sum(1 for k, op in zip(t["kind"], t["op"]) if k == 1 and int(op) in sources)
+    assert moved(fed) >= 15 and moved(read) == 0
+    assert read.conversions["split"] < fed.conversions["split"]
+    assert read.iteration_time_s < fed.iteration_time_s
+    assert load_topology(local.to_dict()).input == "local" and "input" not in client.to_dict()
+    with pytest.raises(Exception, match="input"):
+        load_topology({**client.to_dict(), "input": "disk"})
