@@ -53,11 +53,13 @@ def _frame_depths(graph: Graph) -> dict[str, int]:
     return depths
 
 
-def v1_control_flow(graph: Graph) -> set[str]:
+def v1_control_flow(graph: Graph) -> frozenset[str]:
     """The ops of TF1 control flow: Switch/Merge/Enter/Exit/NextIteration/LoopCond and every op inside a
     while loop's frame (between its Enter and Exit ops)."""
-    depths = _frame_depths(graph)
-    return {op.name for op in graph if op.type in opsets.CONTROL_FLOW_OPS or depths[op.name] > 0}
+    def find() -> frozenset[str]:
+        depths = _frame_depths(graph)
+        return frozenset(op.name for op in graph if op.type in opsets.CONTROL_FLOW_OPS or depths[op.name] > 0)
+    return graph.cached("v1_control_flow", find)
 
 
 def unfetchable(graph: Graph) -> set[str]:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import types
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
 from tag_tf.ir.opsets import training_updates
+
+T = TypeVar("T")
 
 # Byte sizes of TF dtypes by name; "resource"/"variant"/"string" have no fixed size.
 _DTYPE_BYTES = {
@@ -160,6 +162,14 @@ class Graph:
         self._control_consumers = {k: tuple(v) for k, v in control_consumers.items()}
         self._fingerprint: str | None = None
         self._training_updates: frozenset[str] | None = None
+        self._memo: dict[str, Any] = {}
+
+    def cached(self, key: str, make: Callable[[], T]) -> T:
+        """`make()`, computed once per graph under `key`: facts derived from an immutable graph
+        (the passes above ask for some of them once per candidate plan)."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return cast(T, self._memo[key])
 
     # -- lookup -------------------------------------------------------------------------------
     @property

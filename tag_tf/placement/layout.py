@@ -105,10 +105,13 @@ def mp_partition(analysis: Analysis, group: int, parts: int, seed: int = 0) -> d
         return {op: 0 for op in ops}
     index = {n: i for i, n in enumerate(planning.ops)}
     keep = np.array([index[o] for o in ops])
-    pos = {int(k): i for i, k in enumerate(keep)}
-    mask = np.array([int(s) in pos and int(d) in pos for s, d in planning.edges], dtype=bool)
-    edges = np.array([[pos[int(s)], pos[int(d)]] for s, d in planning.edges[mask]], dtype=np.int32).reshape(-1, 2)
-    host = {m: h for m, h in planning.host.items() if h in set(ops)}
+    pos = np.full(len(planning.ops), -1, dtype=np.int64)
+    pos[keep] = np.arange(len(keep))
+    pairs = np.asarray(planning.edges, dtype=np.int64).reshape(-1, 2)
+    mask = (pos[pairs[:, 0]] >= 0) & (pos[pairs[:, 1]] >= 0)
+    edges = pos[pairs[mask]].astype(np.int32).reshape(-1, 2)
+    members = set(ops)
+    host = {m: h for m, h in planning.host.items() if h in members}
     sub = PlanningGraph(tuple(ops), host, edges, planning.edge_bytes[mask], {})
     grouping = group_ops(analysis.graph_b1, sub, analysis.weights[keep], num_groups=parts,
                          balance_factor=1.5, seed=seed)

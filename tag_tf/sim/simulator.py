@@ -354,8 +354,7 @@ class Simulator:
         makespan = float(out["makespan"])
         busy = out["busy"]
         idle = tuple(float(1 - busy[d] / makespan) if makespan > 0 else 0.0 for d in range(D))
-        links = {name: float(1 - busy[2 * D + k] / makespan) if makespan > 0 else 0.0
-                 for k, name in enumerate(self._link_names)}
+        links = _LinkIdle(self._link_names, busy[2 * D:2 * D + len(self._link_names)], makespan)
         oom = tuple(int(d) for d in np.flatnonzero(out["oom"]))
         tasks = None
         if detail:
@@ -396,6 +395,30 @@ class Simulator:
             pool_names=tuple(f"dev{d}" for d in range(D)))
         result = simulate(graph)   # the engine is deterministic: same times as the native run
         return graph, result
+
+
+class _LinkIdle(Mapping[str, float]):
+    """Per link resource, the fraction of the iteration it idles: computed when read (a report per
+    candidate plan, thousands of links on a large cluster, rarely read)."""
+
+    def __init__(self, names: Sequence[str], busy: np.ndarray, makespan: float):
+        self._names, self._busy, self._makespan = names, busy, makespan
+        self._index: dict[str, int] | None = None
+
+    def __getitem__(self, name: str) -> float:
+        if self._index is None:
+            self._index = {n: k for k, n in enumerate(self._names)}
+        k = self._index[name]
+        return float(1 - self._busy[k] / self._makespan) if self._makespan > 0 else 0.0
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"<link idle of {len(self._names)} links>"
 
 
 def _task_name(kind: int, op: int, names: Sequence[str]) -> str:
