@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 def register(sub) -> None:
     p = sub.add_parser("plan", help="plan a strategy for a model on a topology (simulated)")
     add_model_args(p)
-    p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED) or file")
+    p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED, mixed:N) or file")
     p.add_argument("--budget-s", "--budget", dest="budget", type=float, default=30.0,
                    help="planning budget in seconds, the search and SFB after it together (default 30)")
     p.add_argument("--patience-s", dest="patience", type=float,

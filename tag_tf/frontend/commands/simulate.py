@@ -21,7 +21,7 @@ from tag_tf.frontend.loading import (
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="predict iteration time and memory of a strategy (simulated)")
     add_model_args(p)
-    p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED) or file")
+    p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED, mixed:N) or file")
     p.add_argument("--strategy", default="dp", help=strategy_help())
     p.add_argument("--fusion", help=FUSION_HELP)
     p.add_argument("--groups", type=int, default=60)
