@@ -204,8 +204,9 @@ class Expander {
   int32_t multiplicity(int32_t d) const { return dev_mult_[d]; }
   int32_t num_simulated() const { return num_simulated_; }
   // Whether the last collapsed expansion was exact: no simulated device standing for others sent
-  // anything (its class only received, computed and joined collectives). Otherwise a class's
-  // transfers go out as one block, where the members' would have gone out one by one.
+  // anything, and whatever a class received reached every member at once (no link carried two of
+  // its pieces): its members then only compute alike and meet in collectives. Otherwise a class's
+  // transfers go out or arrive as one block, where the members' would have come one by one.
   bool exact() const { return exact_; }
   bool link_simulated(int32_t k) const { return res_live_.empty() || res_live_[k]; }
   const Layout& layout(int32_t id) const { return layouts_[id]; }
@@ -639,8 +640,10 @@ class Expander {
     // A collapsed transfer (header comment) holds its busiest links for all the pieces they carry;
     // links that carry fewer are held that much shorter by a task beside it.
     const std::vector<int32_t>& counts = link_counts(from, to);
-    exact_ = exact_ && dev_mult_[from] == 1;
     const int32_t most = counts.empty() ? 1 : *std::max_element(counts.begin(), counts.end());
+    // Exact only while members receive together: a class that sends, or pieces that queue for one
+    // link (its members would receive one after another, and start their next ops apart), is not.
+    exact_ = exact_ && dev_mult_[from] == 1 && most == 1;
     const double piece = p2p_time(from, to, static_cast<double>(bytes));
     const double total = most * piece;
     // Between CPU devices of two processes a transfer is a gRPC request: host_message_s of its

@@ -385,8 +385,9 @@ class LocalSimulator(Simulator):
         # Between-graph, every task is fed the whole batch (and takes its shards of it).
         self.step_overhead_s = machine.step_overhead(feed_bytes_of(analysis.graph_b1)) + run_layer_s
 
-    def simulate(self, strategy: Strategy, *, detail: bool = False, collapse: bool = True) -> SimReport:
-        report = super().simulate(strategy, detail=detail, collapse=collapse)
+    def simulate(self, strategy: Strategy, *, detail: bool = False, collapse: bool | None = None,
+                 approximate: bool = False) -> SimReport:
+        report = super().simulate(strategy, detail=detail, collapse=collapse, approximate=approximate)
         seconds = report.iteration_time_s
         if self._serial is not None:
             seconds += self.serial * (self._serial.simulate(strategy).iteration_time_s - seconds)

@@ -25,11 +25,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("tag_tf.search")
 
 
-class Evaluator:
-    """Simulated iteration time of strategies, counting simulations; inf when a strategy cannot run."""
+# Above this many devices a search judges candidates on collapsed device classes even where they
+# are not exact (Simulator.simulate's `approximate`; measured within 5% on random plans over
+# whole machines, tests/sim/test_collapse.py) and the plan it returns in full (`confirmed`).
+APPROXIMATE_ABOVE = 64
 
-    def __init__(self, sim: Simulator):
+
+class Evaluator:
+    """Simulated iteration time of strategies, counting simulations; inf when a strategy cannot run.
+    `approximate`: see APPROXIMATE_ABOVE (default: by the simulator's device count)."""
+
+    def __init__(self, sim: Simulator, approximate: bool | None = None):
         self.sim = sim
+        self.approximate = sim.num_devices > APPROXIMATE_ABOVE if approximate is None else approximate
         self.evaluations = 0
         self.unsimulatable = 0         # candidates the native expander could not order (see below)
 
@@ -46,11 +54,11 @@ class Evaluator:
         report = self.report(strategy, collapse=False)
         return float("inf") if report is None or report.oom else report.iteration_time_s
 
-    def report(self, strategy: Strategy, *, collapse: bool = True) -> SimReport | None:
+    def report(self, strategy: Strategy, *, collapse: bool | None = None) -> SimReport | None:
         """The simulation report, or None when the strategy cannot run (see __call__)."""
         self.evaluations += 1
         try:
-            return self.sim.simulate(strategy, collapse=collapse)
+            return self.sim.simulate(strategy, collapse=collapse, approximate=self.approximate)
         except StrategyError:          # e.g. a batch too small for that many replicas
             return None
         except RuntimeError as e:
@@ -220,5 +228,5 @@ def _progress(enabled: bool, total: int, label: str):
     return tqdm(total=total, desc=f"tag_tf: {label}", unit="sim", leave=False, disable=None)
 
 
-__all__ = ["HIERARCHY_MACHINES", "Deadline", "Evaluator", "OutOfTime", "candidate_device_sets", "coupled_blocks",
+__all__ = ["APPROXIMATE_ABOVE", "HIERARCHY_MACHINES", "Deadline", "Evaluator", "OutOfTime", "candidate_device_sets", "coupled_blocks",
            "hierarchy_sets", "improve", "tune_fusion"]

@@ -60,7 +60,7 @@ class SimReport:
     tasks: Mapping[str, np.ndarray] | None = dataclasses.field(default=None, repr=False)
     client_s: float = 0.0                     # of iteration_time_s: the client's feed and drive (sim.client)
     devices_simulated: int = 0                # devices expanded (device classes: the rest stand with them)
-    exact: bool = True                        # False: a collapsed run whose classes sent transfers as blocks
+    exact: bool = True                        # False: an approximate collapsed run (simulate(approximate=True))
 
     @property
     def oom(self) -> bool:
@@ -329,16 +329,27 @@ class Simulator:
         return (ptr, np.asarray(devs, dtype=np.int32), options, shares, mp, int(strategy.fusion_bytes or 0),
                 bool(strategy.sync_after_backward), dup)
 
-    def simulate(self, strategy: Strategy, *, detail: bool = False, collapse: bool = True) -> SimReport:
+    def simulate(self, strategy: Strategy, *, detail: bool = False, collapse: bool | None = None,
+                 approximate: bool = False) -> SimReport:
         """One iteration of `strategy`. `collapse`: devices the plan treats alike on interchangeable
-        machines are simulated once (kernels/expand.h, device classes); False expands every device,
-        as `detail` (the task graph, for traces) always does."""
+        machines are simulated once (kernels/expand.h, device classes), which is exact wherever those
+        classes only receive, compute and meet in collectives (every whole-replica plan); where a
+        class sends, its transfers go out as one block, and the plan is simulated again device by
+        device unless `approximate` (a search's inner loop on a large cluster: `report.exact` then
+        says which it got). False expands every device, as `detail` (the task graph) always does.
+        None: collapse when approximating or when every machine reads its own inputs (with one
+        client feeding them, the pieces queue at its port and a collapsed run is rarely exact)."""
+        if collapse is None:
+            collapse = approximate or self.topology.input == "local"
         if strategy.op_groups is not None and tuple(strategy.op_groups) != self._own_groups:
-            return self.for_strategy(strategy).simulate(strategy, detail=detail, collapse=collapse)
+            return self.for_strategy(strategy).simulate(strategy, detail=detail, collapse=collapse,
+                                                        approximate=approximate)
         args = self.encode(strategy)
         start = time.perf_counter()
         try:
             out = self._native.run(*args, with_tasks=detail, collapse=collapse and not detail)
+            if not out["exact"] and not approximate:
+                out = self._native.run(*args, with_tasks=detail, collapse=False)
         except ValueError as e:
             raise StrategyError(str(e)) from None
         sim_ms = (time.perf_counter() - start) * 1e3

@@ -7,7 +7,7 @@ from conftest import analysis_of
 
 from tag_tf.search.local_search import local_search
 from tag_tf.search.mcts import MctsOptions, candidate_actions, mcts_search
-from tag_tf.search.moves import HIERARCHY_MACHINES, candidate_device_sets
+from tag_tf.search.moves import APPROXIMATE_ABOVE, HIERARCHY_MACHINES, Evaluator, candidate_device_sets
 from tag_tf.sim.simulator import Simulator
 from tag_tf.topology import load_topology
 from tag_tf.topology.presets import mixed
@@ -41,3 +41,9 @@ def test_a_searched_plan_is_judged_in_full(search):
         result = local_search(sim, sim.topology, budget_s=4.0)
     full = sim.simulate(result.strategy, collapse=False)
     assert result.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-9)
+
+
+def test_searches_approximate_only_on_large_clusters():
+    _, a = analysis_of("mlp", num_groups=12, batch_size=256)
+    assert not Evaluator(Simulator(a, mixed(APPROXIMATE_ABOVE), calibration=None)).approximate
+    assert Evaluator(Simulator(a, mixed(2 * APPROXIMATE_ABOVE), calibration=None)).approximate
