@@ -159,8 +159,16 @@ def verdicts(data: dict) -> dict:
     return out
 
 
+def _label(model: str, row: dict, data: dict) -> str:
+    """The model, with the code and date of a row measured by another run than the file's stamp (--merge)."""
+    when = row.get("when") or {}
+    if when.get("commit") and when.get("commit") != data.get("commit"):
+        return f"{model} (code {when['commit']}, {when['date']})"
+    return model
+
+
 def render(data: dict) -> str:
-    lines = [f"Planning for 16 to 1,024 GPUs (`python benchmarks/scale.py`; {measured_when(data)}; "
+    lines = [f"Planning for 16 to 1,024 GPUs (`python benchmarks/scale.py`; {measured_when(data)}, rows measured by an earlier run say their code; "
              f"{data['machine']}, {data['cores']} cores). Clusters `mixed:N`: eight-GPU machines, a quarter "
              "H100, the rest A100-80GB and V100-32GB, NVLink inside, 200/200/100 Gbps NICs, hierarchical "
              "all-reduces, inputs read on every machine. Step times are SIMULATED; wall times and memory "
@@ -175,7 +183,7 @@ def render(data: dict) -> str:
             for name, s in row.get("simulation", {}).get("strategies", {}).items():
                 full = (f"{s['full_call_ms']:.0f} | {s['full_tasks']:,} | {s['difference'] * 100:.4f}%"
                         if "difference" in s else f"{s.get('full', '-')} | - | -")
-                lines.append(f"| {model} | {size} | {name} | {s['iteration_ms']:.2f} | {s['call_ms']:.1f} | "
+                lines.append(f"| {_label(model, row, data)} | {size} | {name} | {s['iteration_ms']:.2f} | {s['call_ms']:.1f} | "
                              f"{s['tasks']:,} | {s['devices_simulated']} | {full} |")
     lines += ["", "`tag-tf plan` with an empty plan cache (search, SFB, baselines; one process each):", "",
               "| model | GPUs | batch | budget, s | wall, s | simulations/s | plan, ms | x lower bound | "
@@ -187,9 +195,9 @@ def render(data: dict) -> str:
             if not p:
                 continue
             if "error" in p:
-                lines.append(f"| {model} | {size} | - | - | - | - | {p['error']} | | | | | | |")
+                lines.append(f"| {_label(model, row, data)} | {size} | - | - | - | - | {p['error']} | | | | | | |")
                 continue
-            lines.append(f"| {model} | {size} | {row['simulation']['batch'] if 'simulation' in row else '-'} | "
+            lines.append(f"| {_label(model, row, data)} | {size} | {row['simulation']['batch'] if 'simulation' in row else '-'} | "
                          f"{p['budget_s']:.0f} | {p['wall_s']:.0f} | {p['simulations_per_s']:.0f} | {p['plan_ms']:.2f} | "
                          f"{p['x_lower_bound']:.2f} | {p['vs_horovod_p']:.2f}x | {p['vs_best_subset']:.2f}x | "
                          f"{'yes' if p['fell_back'] else 'no'} | {p['peak_rss_gib']:.2f} | {p['groups']} |")

@@ -17,7 +17,7 @@ def data() -> dict:
 
 
 def test_every_row_and_verdict_is_rendered_from_the_json(data):
-    from benchmarks.scale import render, verdicts
+    from benchmarks.scale import _label, render, verdicts
 
     text = render(data)
     assert measured_when(data) in text and "SIMULATED" in text
@@ -26,8 +26,9 @@ def test_every_row_and_verdict_is_rendered_from_the_json(data):
         assert f"- {key}: {value}" in text
     for model, sizes in data["models"].items():
         for size, row in sizes.items():
+            label = _label(model, row, data)
             for name, s in row["simulation"]["strategies"].items():
-                assert f"| {model} | {size} | {name} | {s['iteration_ms']:.2f} | {s['call_ms']:.1f} |" in text
+                assert f"| {label} | {size} | {name} | {s['iteration_ms']:.2f} | {s['call_ms']:.1f} |" in text
             plan = row.get("plan")
             if plan and "error" not in plan:
                 assert f"| {plan['plan_ms']:.2f} | {plan['x_lower_bound']:.2f} | {plan['vs_horovod_p']:.2f}x |" in text
@@ -50,3 +51,15 @@ def test_a_verdict_fails_when_its_figure_misses_the_target(data):
     row = worse["models"]["resnet101"]["256"]["simulation"]["strategies"]["dp"]
     row["call_ms"] = 25.0
     assert verdicts(worse)["resnet101 256: one DP simulation <= 20 ms"] == "25.0 ms: NOT MET"
+
+
+def test_rows_of_an_earlier_run_say_their_code(data):
+    import copy
+
+    from benchmarks.scale import render
+
+    later = copy.deepcopy(data)
+    later["commit"] = "0000000"
+    row = later["models"]["resnet101"]["256"]
+    assert f"| resnet101 (code {row['when']['commit']}, {row['when']['date']}) | 256 |" in render(later)
+    assert "| resnet101 (code" not in render(data)
