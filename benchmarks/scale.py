@@ -216,16 +216,18 @@ def plot(data: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for model, sizes in data["models"].items():
+    for k, (model, sizes) in enumerate(data["models"].items()):
+        color = f"C{k}"
         xs = sorted(int(s) for s in sizes)
         rows = [sizes[str(x)] for x in xs]
         sim = [r.get("simulation", {}).get("strategies", {}).get("dp", {}).get("call_ms") for r in rows]
-        axes[0].plot(xs, sim, marker="o", label=model)
+        axes[0].plot(xs, sim, marker="o", color=color, label=model)
         plans = [(x, r["plan"]) for x, r in zip(xs, rows) if r.get("plan") and "error" not in r["plan"]]
-        axes[1].plot([x for x, _ in plans], [p["wall_s"] for _, p in plans], marker="o", label=model)
-        axes[2].plot([x for x, _ in plans], [p["x_lower_bound"] for _, p in plans], marker="o", label=f"{model} plan")
+        axes[1].plot([x for x, _ in plans], [p["wall_s"] for _, p in plans], marker="o", color=color, label=model)
+        axes[2].plot([x for x, _ in plans], [p["x_lower_bound"] for _, p in plans], marker="o", color=color,
+                     label=f"{model} plan")
         axes[2].plot([x for x, _ in plans], [p["horovod_p_ms"] / p["lower_bound_ms"] for _, p in plans],
-                     linestyle="--", marker="x", label=f"{model} Horovod-P")
+                     linestyle="--", marker="x", color=color, label=f"{model} Horovod-P")
     titles = ("one DP simulation, ms (measured)", "tag-tf plan wall time, s (measured)",
               "step / compute lower bound (simulated)")
     for ax, title in zip(axes, titles):
