@@ -11,6 +11,7 @@ import os
 CLUSTER_FILE_LIMIT = 1 << 20        # bytes: a cluster file lists host:port strings
 TOPOLOGY_FILE_LIMIT = 16 << 20
 PLAN_FILE_LIMIT = 256 << 20         # a plan lists a group per planned op: large graphs, large files
+CALIBRATION_FILE_LIMIT = 16 << 20   # a calibration's constants, or the measurements it is fitted to
 
 
 def read_text(path: str, what: str, limit: int, error: type[Exception]) -> str:

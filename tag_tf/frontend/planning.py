@@ -547,12 +547,13 @@ class PlanCache:
         return os.path.join(self.root, hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
 
     def load(self, path: str) -> Strategy | None:
-        try:
-            with open(path) as f:
-                data = json.load(f)
-            return Strategy.from_dict(data["strategy"], source=path)
-        except FileNotFoundError:
+        from tag_tf.datafiles import PLAN_FILE_LIMIT, read_text
+
+        if not os.path.exists(path):
             return None
+        try:
+            data = json.loads(read_text(path, "a cached plan", PLAN_FILE_LIMIT, StrategyError))
+            return Strategy.from_dict(data["strategy"], source=path)
         except (OSError, ValueError, KeyError, TypeError, StrategyError) as e:
             log.warning("unreadable plan cache entry %s (%s); planning again", path, e)
             return None

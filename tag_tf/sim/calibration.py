@@ -177,11 +177,12 @@ class Calibration:
 
     @staticmethod
     def load(path: str) -> Calibration:
+        from tag_tf.datafiles import CALIBRATION_FILE_LIMIT, read_text
+
+        if not os.path.exists(path):
+            raise TagError(f"no such calibration file: {path}")
         try:
-            with open(path) as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            raise TagError(f"no such calibration file: {path}") from None
+            data = json.loads(read_text(path, "a calibration file", CALIBRATION_FILE_LIMIT, TagError))
         except json.JSONDecodeError as e:
             raise TagError(f"{path}: not JSON ({e})") from None
         return Calibration.from_dict(data, path)

@@ -86,6 +86,24 @@ def test_calibration_file_round_trip_and_missing_parameter(tmp_path):
         Calibration.load(str(tmp_path / "nope.json"))
 
 
+def test_calibration_and_measurement_files_are_read_bounded(tmp_path, monkeypatch):
+    """A wrong path (a log, a checkpoint) is refused by size before it is read whole, with one line."""
+    import tag_tf.datafiles as datafiles
+    from tag_tf.frontend.commands.calibrate import load_measurements
+
+    big = tmp_path / "big.json"
+    big.write_text("[" + "0," * 600 + "0]")
+    monkeypatch.setattr(datafiles, "CALIBRATION_FILE_LIMIT", 1000)
+    with pytest.raises(TagError, match=r"big.json: a calibration file is larger than 1000 bytes"):
+        Calibration.load(str(big))
+    with pytest.raises(TagError, match=r"big.json: a measurements file is larger than 1000 bytes"):
+        load_measurements(str(big))
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(TagError, match="not UTF-8"):
+        Calibration.load(str(binary))
+
+
 def test_presets_name_their_default_calibration():
     for preset in ("testbed", "cloud"):
         cal = default_calibration(load_topology(preset))

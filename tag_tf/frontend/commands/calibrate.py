@@ -45,11 +45,12 @@ def register(sub) -> None:
 
 def load_measurements(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(topologies map, measurements), every field checked with a message naming it."""
+    from tag_tf.datafiles import CALIBRATION_FILE_LIMIT, read_text
+
+    if not os.path.exists(path):
+        raise TagError(f"no such measurements file: {path}")
     try:
-        with open(path) as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise TagError(f"no such measurements file: {path}") from None
+        data = json.loads(read_text(path, "a measurements file", CALIBRATION_FILE_LIMIT, TagError))
     except json.JSONDecodeError as e:
         raise TagError(f"{path}: not JSON ({e})") from None
     if not isinstance(data, dict) or data.get("format") != MEASUREMENTS_FORMAT:
