@@ -89,7 +89,7 @@ def model_batch(model: str, args: argparse.Namespace) -> int:
     return MODEL_BATCH.get(model, args.batch)
 
 
-TAG_ROWS = ("tag-auto", "tag-dp", "tag-dp-p", "tag-horovod", "tag-horovod-p", "tag-best-subset")
+TAG_ROWS = ("tag-auto", "tag-dp", "tag-dp-p", "tag-horovod", "tag-horovod-p", "tag-best-subset", "tag-pipeline")
 # plain: the program alone on the fastest host as its user runs it (TensorFlow's defaults); plain-as-written:
 # the same with TensorFlow's graph rewrites (Grappler) off, which tag_tf chooses where its profile measured
 # them slower (`OpProfile.runtime_fit`): a single-host program gets that without any plan.
@@ -167,7 +167,8 @@ def describe_run(d) -> dict:
                      "hosts": [topo.machines[h].name for h in hosts], "devices": devices,
                      "whole_replicas": bool(strategy.whole_replicas), "sfb": len(strategy.sfb),
                      "shares": None if shares is None else [round(x / sum(shares), 3) for x in shares],   # of `devices`
-                     "one_device": len(devices) == 1},
+                     "one_device": len(devices) == 1, "microbatches": strategy.microbatches,
+                     "stages": len({g.devices for g in strategy.groups}) if strategy.microbatches > 1 else None},
             "predicted_ms": predicted * 1e3, "client_ms": report.client_s * 1e3, "planned_s": plan.seconds,
             "cache_hit": plan.cache_hit,
             "profiled_costs": sorted(costs.files), "topology": topo.to_dict()}
@@ -323,6 +324,7 @@ def verdicts(data: dict) -> dict:
     faster peer, and the predictions' error and order."""
     out: dict = {}
     pairs = []
+    pipelined = []
     for cname, c in data["clusters"].items():
         for model, rows in c["models"].items():
             t = {k: r["median_ms"] for k, r in rows.items() if isinstance(r, dict) and "median_ms" in r}
@@ -353,8 +355,17 @@ def verdicts(data: dict) -> dict:
                 v["max_last_loss_diff"] = max(abs(r["last_loss"] - plain_loss) for k, r in rows.items()
                                               if isinstance(r, dict) and "last_loss" in r and k != "profile")
             out[f"{cname}/{model}"] = v
+            for k in TAG_ROWS:             # pipelined plans that ran: their prediction against the run
+                plan_k = (rows.get(k) or {}).get("plan") or {}
+                if k in t and (plan_k.get("microbatches") or 1) > 1 and "predicted_ms" in rows[k]:
+                    pipelined.append({"row": f"{cname}/{model}/{k}", "measured_ms": t[k],
+                                      "predicted_ms": rows[k]["predicted_ms"], "microbatches": plan_k["microbatches"],
+                                      "stages": plan_k.get("stages"), "hosts": plan_k.get("hosts"),
+                                      "error": (rows[k]["predicted_ms"] - t[k]) / t[k]})
     if pairs:
         out["all"] = {"mape": statistics.mean(abs(p - m) / m for p, m in pairs)}
+    if pipelined:
+        out["pipelined"] = pipelined
     return out
 
 
@@ -433,7 +444,7 @@ def render(data: dict) -> str:
               "auto / best other plan | auto / faster peer | MAPE | Spearman | largest last-loss difference |",
               "|---|---|---|---|---|---|---|---|---|"]
     for key, x in v.items():
-        if key == "all":
+        if key in ("all", "pipelined"):
             continue
 
         def f(value: float | None, fmt: str = ".2f", unit: str = "") -> str:
@@ -444,7 +455,11 @@ def render(data: dict) -> str:
                      f"{f(x.get('max_last_loss_diff'), '.2e')} |")
     if "all" in v:
         lines += ["", f"Every tag_tf row's prediction against its measured step: MAPE {v['all']['mape']:.1%}."]
-    searched = [(k, x) for k, x in v.items() if k != "all" and x.get("searched_multi_host")]
+    if v.get("pipelined"):
+        lines += ["", "Pipelined plans that ran (micro-batches, stages): " + "; ".join(
+            f"{p['row']} M={p['microbatches']}, {p['stages']} stage(s) on {'+'.join(p['hosts'] or [])}: measured "
+            f"{p['measured_ms']:.1f} ms, predicted {p['predicted_ms']:.1f} ms ({p['error']:+.1%})" for p in v["pipelined"]) + "."]
+    searched = [(k, x) for k, x in v.items() if k not in ("all", "pipelined") and x.get("searched_multi_host")]
     lines += ["", "Plans only the search finds (neither whole replicas nor one device) on two or more hosts: " + (
         "; ".join(f"{k} on {'+'.join(x['auto_plan']['hosts'])}, auto / best of the baselines and plain "
                   f"{x['auto_over_best_baseline']:.2f}x ({x['best_baseline']})" for k, x in searched

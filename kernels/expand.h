@@ -43,6 +43,15 @@
 //   * per-device results (memory, idle time) are the representative's.
 // Plans that treat every device alike cost what their distinct classes cost, not the device count.
 // `collapse = false` expands every device (traces, and the tests that compare both).
+//
+// Pipelined plans (microbatches M > 1; tag_tf/placement/layout.py, same rules): a group's ops run
+// as M micro-batches, a replicated layout listing each device M times (replica m * k + i is
+// micro-batch m on the i-th device); variables and the ops writing them (kKeepsState) keep the
+// group's layout without micro-batches. A stage hands micro-batch m's piece to the next stage's replica m (`lines_up`), or
+// regroups each micro-batch's pieces on their own (`split_by_microbatch`); partial sums are first
+// added per device (`device_sum`) and then synchronised over the distinct devices (`uniq`); on each
+// device a stage's forward pass of micro-batch m waits for that of m - 1 (`gate_microbatches`, the
+// compiler's gates). Such plans are expanded device by device (no classes).
 #pragma once
 
 #include <algorithm>
@@ -60,7 +69,7 @@ namespace tag_sim {
 enum : uint8_t { kFull = 0, kSplit = 1, kPartial = 2, kLocal = 3 };              // tensor states
 enum : uint8_t { kAllReduce = 0, kPS = 1, kDuplicate = 2, kModelParallel = 3 };  // group options
 enum : uint8_t { kSingle = 0, kReplicated = 1, kDuplicated = 2 };                // layout modes
-enum : uint8_t { kSource = 1, kVariableSide = 2 };                               // op flags
+enum : uint8_t { kSource = 1, kVariableSide = 2, kKeepsState = 4, kForward = 8 };  // op flags
 enum : uint8_t { kCompute = 0, kTransfer = 1, kSplitTask = 2, kConcat = 3, kAddN = 4, kCollective = 5,
                  kZeros = 6, kPack = 7, kUnpack = 8 };                            // task kinds
 
@@ -121,6 +130,7 @@ struct StrategyView {
   const double* shares = nullptr;       // [num_devices] or nullptr (even)
   const int32_t* mp_part = nullptr;     // [num_ops] part of each op of a model-parallel group, else -1
   const uint8_t* op_dup = nullptr;      // [num_ops] 1: duplicated on its replicated group's devices (SFB)
+  int32_t microbatches = 1;             // pipelined: each group's batch part in this many micro-batches
   int64_t fusion_bytes = 0;             // bucket cap for fused all-reduces; 0 = one tensor each
   bool sync_after_backward = false;     // all-reduces of a sync level wait for all its gradients
 };
@@ -140,6 +150,8 @@ struct Layout {
   std::vector<int32_t> devs;
   std::vector<int32_t> counts;    // replicated: samples per replica
   int32_t shard = -1;             // the first interned layout with these devices and counts (any option)
+  int32_t micro = 1;              // micro-batches: each device listed this many times
+  std::vector<int32_t> uniq;      // the devices, each once, in the order of their first replica
   // Set once the device classes are known (Expander::finish_layouts): the positions whose device
   // is simulated (its class's representative), each position's instance slot (-1: not simulated),
   // and, for layouts of several devices, the position of every device (-1: not a member).
@@ -150,6 +162,12 @@ struct Layout {
     return pos[d];
   }
 };
+
+// Two replicated layouts, one micro-batched, whose replicas hold the same rows (devices may differ).
+inline bool lines_up(const Layout& a, const Layout& b) {
+  return a.mode == kReplicated && b.mode == kReplicated && std::max(a.micro, b.micro) > 1 && a.devs.size() == b.devs.size() &&
+         a.counts == b.counts;
+}
 
 // Largest-remainder split of `total` by `weights`, every part at least 1: identical to
 // tag_tf.strategy.split_counts (including its stable tie-breaking).
@@ -186,12 +204,13 @@ class Expander {
     meta_ = meta;
     reset();
     if (auto err = build_layouts(s); !err.empty()) return err;
-    find_classes(collapse);
+    find_classes(collapse && s.microbatches == 1);
     finish_layouts();
     emit_compute();
     if (s.fusion_bytes > 0) plan_sums(s.fusion_bytes);
     emit_data_edges();
     emit_control_edges();
+    if (s.microbatches > 1) gate_microbatches();
     emit_collectives(s.fusion_bytes, s.sync_after_backward);
     finish();
     return "";
@@ -213,14 +232,17 @@ class Expander {
   int32_t first_task(int32_t op) const { return inst_[op]; }
   // Conversions inserted by the last expansion (to compare with the compiler's counts).
   int32_t num_splits = 0, num_concats = 0, num_addns = 0, num_allreduces = 0, num_transfers = 0, num_zeros = 0,
-          num_allreduce_tensors = 0, num_addn_tensors = 0;
+          num_allreduce_tensors = 0, num_addn_tensors = 0, num_accumulates = 0;
 
  private:
   const Prepared& p_;
   TaskGraph* g_ = nullptr;
   TaskMeta* meta_ = nullptr;
   std::vector<Layout> layouts_;
-  std::vector<int32_t> group_layout_, op_layout_, inst_, task_device_;
+  std::vector<int32_t> group_layout_, group_micro_, op_layout_, inst_, task_device_;
+  std::unordered_map<int64_t, int32_t> memo_device_sum_;     // (tensor, device) -> micro-batches' sum there
+  std::unordered_map<int64_t, std::vector<int32_t>> memo_msplit_;   // split_by_microbatch, as memo_split_
+  std::unordered_map<int64_t, int32_t> memo_zeros_;           // (tensor, device) -> zeros there (micro-batches share)
   std::vector<int32_t> edge_from_, edge_to_;
   std::vector<uint8_t> edge_data_;
   std::unordered_map<int64_t, int32_t> memo_transfer_, memo_concat_, memo_addn_, memo_allreduce_;
@@ -261,11 +283,14 @@ class Expander {
     memo_allreduce_.clear();
     memo_split_.clear();
     memo_sum_transfer_.clear();
+    memo_device_sum_.clear();
+    memo_msplit_.clear();
+    memo_zeros_.clear();
     request_edge_.clear();
     pending_.clear();
     last_collective_.assign(p_.num_devices, -1);
     num_splits = num_concats = num_addns = num_allreduces = num_transfers = num_zeros = num_allreduce_tensors =
-        num_addn_tensors = 0;
+        num_addn_tensors = num_accumulates = 0;
     for (int32_t d = 0; d < p_.num_devices; ++d) {  // single(d) layouts come first: id = d
       Layout l;
       l.devs = {d};
@@ -309,6 +334,15 @@ class Expander {
       }
       group_layout_[gid] = intern(std::move(l));
     }
+    // Pipelined: each group's micro-batched layout (its base where that keeps whole batches).
+    const int32_t M = s.microbatches;
+    group_micro_.assign(p_.num_groups, -1);
+    for (int32_t gid = 0; gid < p_.num_groups && M > 1; ++gid) {
+      int32_t id = micro_layout(group_layout_[gid], M);
+      if (id == -2) return "group " + std::to_string(gid) + ": batch size " + std::to_string(p_.batch) +
+                           " is too small for " + std::to_string(M) + " micro-batches";
+      group_micro_[gid] = id;
+    }
     // Op layouts: sources are fed once, MP ops go to their part, PS variables to their server.
     op_layout_.assign(p_.num_ops, -1);
     std::unordered_map<int64_t, int32_t> ps_of;   // (group, colocation set) -> device
@@ -326,7 +360,8 @@ class Expander {
       } else if (opt == kModelParallel && n > 1) {
         const int32_t part = s.mp_part ? s.mp_part[op] : 0;
         if (part < 0) return "op " + std::to_string(op) + ": model-parallel group " + std::to_string(gid) + " without a part";
-        op_layout_[op] = s.grp_devs[lo + part % n];
+        const int32_t d = s.grp_devs[lo + part % n];
+        op_layout_[op] = M > 1 && !(p_.op_flags[op] & kKeepsState) ? micro_layout(d, M) : d;
       } else if (opt == kPS && bl.mode == kReplicated && (p_.op_flags[op] & kVariableSide)) {
         const int64_t key = static_cast<int64_t>(gid) * p_.num_ops + p_.op_coloc[op];
         auto it = ps_of.find(key);
@@ -341,16 +376,41 @@ class Expander {
         l.devs = bl.devs;
         op_layout_[op] = intern(std::move(l));
       } else {
-        op_layout_[op] = base;
+        op_layout_[op] = M > 1 && !(p_.op_flags[op] & kKeepsState) ? group_micro_[gid] : base;
       }
     }
     return "";
   }
 
+  // Layout `base` run as `micro` micro-batches (tag_tf/placement/layout.py's _micro_layout): each
+  // micro-batch split over base's devices as base splits the batch. -2: the batch is too small.
+  int32_t micro_layout(int32_t base, int32_t micro) {
+    const Layout& b = layouts_[base];
+    if (micro == 1 || b.mode == kDuplicated) return base;
+    const int32_t k = b.size();
+    std::vector<double> parts(micro, 1.0), share(k, 1.0);
+    if (b.mode == kReplicated)
+      for (int32_t i = 0; i < k; ++i) share[i] = b.counts[i];
+    std::vector<int32_t> sizes, piece;
+    Layout l;
+    l.mode = kReplicated;
+    l.option = b.option;
+    l.micro = micro;
+    if (!split_counts(p_.batch, parts, sizes)) return -2;
+    for (int32_t m = 0; m < micro; ++m) {
+      if (!split_counts(sizes[m], share, piece)) return -2;
+      for (int32_t i = 0; i < k; ++i) {
+        l.devs.push_back(b.devs[i]);
+        l.counts.push_back(piece[i]);
+      }
+    }
+    return intern(std::move(l));
+  }
+
   int32_t intern(Layout l) {
     for (size_t i = p_.num_devices; i < layouts_.size(); ++i) {
       const Layout& o = layouts_[i];
-      if (o.mode == l.mode && o.devs == l.devs && o.counts == l.counts) {
+      if (o.mode == l.mode && o.devs == l.devs && o.counts == l.counts) {   // (devs say the micro-batches)
         if (o.option == l.option) return static_cast<int32_t>(i);
         if (l.shard < 0) l.shard = o.shard;
       }
@@ -466,8 +526,12 @@ class Expander {
         }
       if (l.size() > 1) {
         l.pos.assign(D, -1);
-        for (int32_t j = 0; j < l.size(); ++j) l.pos[l.devs[j]] = j;
+        for (int32_t j = 0; j < l.size(); ++j)
+          if (l.pos[l.devs[j]] < 0) l.pos[l.devs[j]] = j;      // a device's first replica
       }
+      l.uniq.clear();
+      for (int32_t j = 0; j < l.size(); ++j)
+        if (l.micro == 1 || std::find(l.uniq.begin(), l.uniq.end(), l.devs[j]) == l.uniq.end()) l.uniq.push_back(l.devs[j]);
     }
   }
 
@@ -608,7 +672,7 @@ class Expander {
       const Layout& l = layouts_[op_layout_[op]];
       inst_[op] = static_cast<int32_t>(g_->duration.size());
       if (p_.op_persist[op] > 0)
-        for (int32_t d : l.devs) g_->persistent_bytes[d] += p_.op_persist[op];
+        for (int32_t d : l.uniq) g_->persistent_bytes[d] += p_.op_persist[op];
       for (int32_t j : l.emit) {
         const int32_t d = l.devs[j];
         const double samples = l.mode == kReplicated ? l.counts[j] : B;
@@ -739,7 +803,8 @@ class Expander {
       case kPartial: {
         if (consumer >= 0) {
           const Layout& C = layouts_[consumer];
-          if (C.mode != kSingle && P.option == kAllReduce && same_set(C.devs, P.devs)) return all_reduce(e);
+          if (C.mode != kSingle && P.option == kAllReduce && same_set(C.uniq, P.uniq) && P.uniq.size() > 1)
+            return all_reduce(e);
         }
         const int32_t agg = (consumer < 0 || layouts_[consumer].mode == kSingle) ? d : P.devs[0];
         const int64_t akey = static_cast<int64_t>(p_.e_tensor[e]) * p_.num_devices + agg;
@@ -747,6 +812,17 @@ class Expander {
         auto it = memo_addn_.find(akey);
         if (it != memo_addn_.end()) {
           sum = it->second;
+        } else if (P.micro > 1 && P.uniq.size() == 1 && P.uniq[0] == agg) {
+          sum = device_sum(e, agg);          // a stage alone on agg: its micro-batches' sum is the sum
+          memo_addn_.emplace(akey, sum);
+        } else if (P.micro > 1) {
+          std::vector<int32_t> parts;
+          for (int32_t u : P.uniq) parts.push_back(transfer(device_sum(e, u), agg, bytes));
+          sum = add_task(kAddN, memcpy_time(agg, (P.uniq.size() + 1.0) * bytes), agg, src, bytes, {agg});
+          for (int32_t part : parts) edge(part, sum, true);
+          ++num_addns;
+          ++num_addn_tensors;
+          memo_addn_.emplace(akey, sum);
         } else {
           std::vector<int32_t> parts;
           for (int32_t k : P.emit) parts.push_back(transfer(instance(src, k), agg, bytes));
@@ -768,6 +844,73 @@ class Expander {
       default:
         return -1;   // LOCAL: recomputed where needed, modelled as free
     }
+  }
+
+  // Edge e's partial sums on device d added up: its one replica there, or (micro-batched) the sum
+  // of its micro-batches there, accumulated where they were computed.
+  int32_t device_sum(int32_t e, int32_t d) {
+    const int32_t src = p_.e_src[e];
+    const Layout& P = layouts_[op_layout_[src]];
+    if (P.micro == 1) return instance(src, P.index_of(d));
+    const int64_t key = static_cast<int64_t>(p_.e_tensor[e]) * p_.num_devices + d;
+    auto it = memo_device_sum_.find(key);
+    if (it != memo_device_sum_.end()) return it->second;
+    const int64_t bytes = p_.e_bytes[e];
+    int32_t n = 0;
+    for (int32_t dev : P.devs) n += dev == d;
+    const int32_t sum = add_task(kAddN, memcpy_time(d, (n + 1.0) * bytes), d, src, bytes, {d});
+    for (int32_t j = 0; j < P.size(); ++j)
+      if (P.devs[j] == d) edge(instance(src, j), sum, true);
+    ++num_accumulates;
+    memo_device_sum_.emplace(key, sum);
+    return sum;
+  }
+
+  // Between pipeline stages split over other devices (both micro-batched alike): each micro-batch's
+  // pieces regrouped on their own (the compiler's _split_by_microbatch). Pieces by instance slot.
+  const std::vector<int32_t>& split_by_microbatch(int32_t e, int32_t consumer) {
+    const int64_t key = static_cast<int64_t>(p_.e_tensor[e]) * (1 << 20) + shard_layout(consumer);
+    auto it = memo_msplit_.find(key);
+    if (it != memo_msplit_.end()) return it->second;
+    const int32_t src = p_.e_src[e];
+    const Layout& P = layouts_[op_layout_[src]];
+    const Layout& C = layouts_[consumer];
+    const int32_t M = C.micro, kp = P.size() / M, kc = C.size() / M;
+    const double per_sample = static_cast<double>(p_.e_bytes[e]) / p_.batch;
+    std::vector<int32_t> pieces;
+    for (int32_t m = 0; m < M; ++m) {
+      bool same = kp == kc;
+      int64_t rows = 0;
+      for (int32_t i = 0; i < kc; ++i) rows += C.counts[m * kc + i];
+      for (int32_t i = 0; same && i < kc; ++i) same = P.counts[m * kp + i] == C.counts[m * kc + i];
+      if (same) {
+        for (int32_t i = 0; i < kc; ++i)
+          pieces.push_back(transfer(instance(src, m * kp + i), C.devs[m * kc + i],
+                                    static_cast<int64_t>(per_sample * C.counts[m * kc + i])));
+        continue;
+      }
+      const int32_t at = C.devs[m * kc];
+      const int64_t block = static_cast<int64_t>(per_sample * rows);
+      int32_t whole;
+      if (kp == 1) {
+        whole = transfer(instance(src, m * kp), at, block);
+      } else {
+        whole = add_task(kConcat, memcpy_time(at, 2.0 * block), at, src, block, {at});
+        for (int32_t i = 0; i < kp; ++i)
+          edge(transfer(instance(src, m * kp + i), at, static_cast<int64_t>(per_sample * P.counts[m * kp + i])), whole,
+               true);
+      }
+      if (kc == 1) {
+        pieces.push_back(whole);
+        continue;
+      }
+      const int32_t sp = add_task(kSplitTask, memcpy_time(at, 2.0 * block), at, src, block, {at});
+      edge(whole, sp, true);
+      for (int32_t i = 0; i < kc; ++i)
+        pieces.push_back(transfer(sp, C.devs[m * kc + i], static_cast<int64_t>(per_sample * C.counts[m * kc + i])));
+    }
+    ++num_splits;                  // one conversion per tensor and layout, as the compiler counts it
+    return memo_msplit_.emplace(key, std::move(pieces)).first->second;
   }
 
   static bool same_set(std::vector<int32_t> a, std::vector<int32_t> b) {
@@ -855,11 +998,12 @@ class Expander {
       int32_t agg = -1;
       if (need == kFull) {
         if (C.mode == kSingle) agg = C.devs[0];
-        else if (!(P.option == kAllReduce && same_set(C.devs, P.devs))) agg = P.devs[0];
+        else if (!(P.option == kAllReduce && same_set(C.uniq, P.uniq) && P.uniq.size() > 1)) agg = P.devs[0];
       } else if (need == kSplit || (need == kPartial && P.devs != C.devs)) {
         agg = C.devs[0];
       }
       if (agg < 0) continue;
+      if (P.micro > 1 && P.uniq.size() == 1 && P.uniq[0] == agg) continue;   // a stage's own sum: no AddN
       const int64_t key = static_cast<int64_t>(p_.e_tensor[e]) * p_.num_devices + agg;
       if (seen.emplace(key, e).second) {
         edges.push_back(e);
@@ -869,7 +1013,7 @@ class Expander {
     for (const std::vector<int32_t>& bucket : assign_buckets(edges, targets, cap)) {
       if (bucket.size() == 1) continue;      // alone: full_on builds the plain AddN
       const int32_t e0 = edges[bucket[0]], agg = targets[bucket[0]];
-      std::vector<int32_t> devs(layouts_[op_layout_[p_.e_src[e0]]].devs);
+      std::vector<int32_t> devs(layouts_[op_layout_[p_.e_src[e0]]].uniq);
       std::sort(devs.begin(), devs.end());
       int64_t bytes = 0;
       for (int32_t r : bucket) bytes += p_.t_bytes[p_.e_tensor[edges[r]]];
@@ -877,10 +1021,7 @@ class Expander {
       for (int32_t d : devs) {
         if (dev_rep_[d] != d) continue;
         const int32_t pack = add_task(kPack, memcpy_time(d, 2.0 * bytes), d, p_.e_src[e0], bytes, {d});
-        for (int32_t r : bucket) {
-          const int32_t src = p_.e_src[edges[r]];
-          edge(instance(src, layouts_[op_layout_[src]].index_of(d)), pack, true);
-        }
+        for (int32_t r : bucket) edge(device_sum(edges[r], d), pack, true);
         edge(transfer(pack, agg, bytes), sum, true);
       }
       const int32_t unpack = add_task(kUnpack, memcpy_time(agg, 2.0 * bytes), agg, p_.e_src[e0], bytes, {agg});
@@ -900,7 +1041,7 @@ class Expander {
     const int32_t R = static_cast<int32_t>(edges.size());
     auto tensor = [&](int32_t r) { return p_.e_tensor[edges[r]]; };
     auto devices = [&](int32_t r) {
-      std::vector<int32_t> d = layouts_[op_layout_[p_.e_src[edges[r]]]].devs;
+      std::vector<int32_t> d = layouts_[op_layout_[p_.e_src[edges[r]]]].uniq;
       std::sort(d.begin(), d.end());
       return d;
     };
@@ -969,11 +1110,14 @@ class Expander {
       const int32_t e0 = request_edge_[bucket[0]];
       const int32_t level = p_.t_level[p_.e_tensor[e0]];
       const Layout& P0 = layouts_[op_layout_[p_.e_src[e0]]];
-      std::vector<int32_t> devs(P0.devs);
+      std::vector<int32_t> devs(P0.uniq);
       std::sort(devs.begin(), devs.end());
       if (bucket.size() == 1) {
         const int32_t c = collective(devs, static_cast<double>(p_.e_bytes[e0]), p_.e_src[e0]);
-        for (int32_t k : P0.emit) edge(instance(p_.e_src[e0], k), c, true);
+        if (P0.micro > 1)
+          for (int32_t d : devs) edge(device_sum(e0, d), c, true);
+        else
+          for (int32_t k : P0.emit) edge(instance(p_.e_src[e0], k), c, true);
         hold(level, devs, c);
         result[bucket[0]].assign(p_.num_devices, c);
         continue;
@@ -984,10 +1128,7 @@ class Expander {
       for (int32_t d : devs) {
         if (dev_rep_[d] != d) continue;
         const int32_t pack = add_task(kPack, memcpy_time(d, 2.0 * bytes), d, p_.e_src[e0], bytes, {d});
-        for (int32_t r : bucket) {
-          const int32_t src = p_.e_src[request_edge_[r]];
-          edge(instance(src, layouts_[op_layout_[src]].index_of(d)), pack, true);
-        }
+        for (int32_t r : bucket) edge(device_sum(request_edge_[r], d), pack, true);
         packs.push_back(pack);
       }
       const int32_t c = collective(devs, static_cast<double>(bytes), p_.e_src[e0]);
@@ -1044,6 +1185,11 @@ class Expander {
         switch (need) {
           case kSplit:
             if (st == kSplit && same_split(P, C)) edge(instance(src, j), consumer, true);
+            else if (st == kSplit && lines_up(P, C))        // a stage's micro-batch to the next stage's
+              edge(transfer(instance(src, j), d, static_cast<int64_t>(static_cast<double>(p_.e_bytes[e]) / p_.batch * C.counts[j])),
+                   consumer, true);
+            else if (st == kSplit && P.micro == C.micro && C.micro > 1)
+              edge(split_by_microbatch(e, cid)[C.slot[j]], consumer, true);
             else edge(split_of(e, cid)[C.slot[j]], consumer, true);
             break;
           case kPartial:
@@ -1053,21 +1199,29 @@ class Expander {
               const int32_t full0 = full_on(e, C.devs[0], -1);
               if (j == 0) {
                 edge(full0, consumer, true);
-              } else {   // the other replicas add zeros
+              } else {   // the other replicas add zeros (one per device: micro-batches share it)
+                const int64_t zkey = static_cast<int64_t>(p_.e_tensor[e]) * p_.num_devices + d;
+                auto zt = C.micro > 1 ? memo_zeros_.find(zkey) : memo_zeros_.end();
+                if (zt != memo_zeros_.end()) {
+                  edge(zt->second, consumer, true);
+                  break;
+                }
                 const int32_t from = st == kFull ? full_on(e, d, -1) : (full0 < 0 ? -1 : transfer(full0, d, p_.e_bytes[e]));
                 const int32_t z = add_task(kZeros, memcpy_time(d, static_cast<double>(p_.e_bytes[e])), d, src,
                                            p_.e_bytes[e], {d});
                 ++num_zeros;
                 edge(from, z, true);
                 edge(z, consumer, true);
+                if (C.micro > 1) memo_zeros_.emplace(zkey, z);
               }
             }
             break;
           case kLocal:
             if (st == kLocal && same_split(P, C)) edge(instance(src, j), consumer, true);
             break;
-          default:
-            edge(full_on(e, d, cid), consumer, true);
+          default:     // a replica reads its own replica's copy (micro-batches of one device, loop frames)
+            if (st == kFull && P.size() > 1 && P.devs == C.devs) edge(instance(src, j), consumer, true);
+            else edge(full_on(e, d, cid), consumer, true);
         }
       }
     }
@@ -1085,6 +1239,58 @@ class Expander {
         for (int32_t j : lb.emit)
           for (int32_t i : la.emit) edge(instance(a, i), instance(b, j), false);
       }
+    }
+  }
+
+  // The pipeline schedule (GraphBuilder._gate_microbatches, same rule): per micro-batched layout
+  // and device, the forward ops of micro-batch m reading nothing forward from the layout (entries)
+  // wait for those of m - 1 no forward op of the layout reads (exits); a layout whose micro-batch 0
+  // exits already depend on a later micro-batch is left alone.
+  void gate_microbatches() {
+    std::map<int32_t, std::vector<int32_t>> stage_ops;
+    for (int32_t op = 0; op < p_.num_ops; ++op)
+      if ((p_.op_flags[op] & kForward) && layouts_[op_layout_[op]].micro > 1) stage_ops[op_layout_[op]].push_back(op);
+    if (stage_ops.empty()) return;
+    std::vector<uint8_t> has_in(p_.num_ops, 0), has_out(p_.num_ops, 0);
+    for (size_t e = 0; e < p_.e_src.size(); ++e) {
+      const int32_t a = p_.e_src[e], b = p_.e_dst[e];
+      if ((p_.op_flags[a] & kForward) && (p_.op_flags[b] & kForward) && op_layout_[a] == op_layout_[b]) {
+        has_in[b] = 1;
+        has_out[a] = 1;
+      }
+    }
+    std::vector<std::vector<int32_t>> preds(g_->duration.size());
+    for (size_t k = 0; k < edge_from_.size(); ++k) preds[edge_to_[k]].push_back(edge_from_[k]);
+    for (const auto& [lid, ops] : stage_ops) {
+      const Layout& L = layouts_[lid];
+      const int32_t k = L.size() / L.micro;
+      std::vector<int32_t> entries, exits;
+      for (int32_t op : ops) {
+        if (!has_in[op]) entries.push_back(op);
+        if (!has_out[op]) exits.push_back(op);
+      }
+      std::vector<uint8_t> later(g_->duration.size(), 0), seen(g_->duration.size(), 0);
+      for (int32_t op : ops)
+        for (int32_t j = k; j < L.size(); ++j) later[instance(op, j)] = 1;
+      std::vector<int32_t> stack;
+      for (int32_t op : exits)
+        for (int32_t i = 0; i < k; ++i) stack.push_back(instance(op, i));
+      bool joined = false;
+      while (!stack.empty() && !joined) {
+        const int32_t t = stack.back();
+        stack.pop_back();
+        if (seen[t]) continue;
+        seen[t] = 1;
+        for (int32_t p : preds[t]) {
+          if (later[p]) joined = true;
+          stack.push_back(p);
+        }
+      }
+      if (joined) continue;
+      for (int32_t m = 1; m < L.micro; ++m)
+        for (int32_t i = 0; i < k; ++i)
+          for (int32_t x : exits)
+            for (int32_t en : entries) edge(instance(x, (m - 1) * k + i), instance(en, m * k + i), false);
     }
   }
 

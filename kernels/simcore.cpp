@@ -188,7 +188,7 @@ class Simulator {
   // Expand and simulate one strategy. Returns a dict (see tag_tf/sim/simulator.py).
   py::dict run(Arr<int32_t> grp_ptr, Arr<int32_t> grp_devs, Arr<uint8_t> grp_option, py::object shares,
                py::object mp_part, int64_t fusion_bytes, bool sync_after_backward, py::object op_dup,
-               bool with_tasks, bool collapse) {
+               bool with_tasks, bool collapse, int32_t microbatches) {
     if (grp_ptr.size() != p_.num_groups + 1 || grp_option.size() != p_.num_groups)
       throw std::invalid_argument("strategy: expected one device list and option per group");
     if (grp_ptr.data()[p_.num_groups] != grp_devs.size() || grp_ptr.data()[0] != 0)
@@ -203,6 +203,8 @@ class Simulator {
     if (fusion_bytes < 0) throw std::invalid_argument("strategy: fusion_bytes must be >= 0");
     s.fusion_bytes = fusion_bytes;
     s.sync_after_backward = sync_after_backward;
+    if (microbatches < 1) throw std::invalid_argument("strategy: microbatches must be >= 1");
+    s.microbatches = microbatches;
     if (!shares.is_none()) {
       auto a = py::cast<Arr<double>>(shares);
       if (a.size() != p_.num_devices) throw std::invalid_argument("strategy: one share per device");
@@ -362,6 +364,7 @@ class Simulator {
     conv["allreduce_tensors"] = expander_.num_allreduce_tensors;
     conv["transfer"] = expander_.num_transfers;
     conv["zeros"] = expander_.num_zeros;
+    conv["accumulate"] = expander_.num_accumulates;
     out["conversions"] = conv;
     std::vector<int32_t> op_layout_size(p_.num_ops);
     for (int32_t op = 0; op < p_.num_ops; ++op) op_layout_size[op] = expander_.layout(expander_.layout_of(op)).size();
@@ -392,14 +395,14 @@ class Simulator {
 
 PYBIND11_MODULE(_simcore, m) {
   m.doc() = "tag_tf native simulator core (discrete-event engine, see kernels/engine.h)";
-  m.attr("ABI_VERSION") = 7;
+  m.attr("ABI_VERSION") = 8;
 
   py::class_<Simulator>(m, "Simulator", "A prepared graph + topology: expand and simulate strategies.")
       .def(py::init<const py::dict&>(), py::arg("prepared"))
       .def("run", &Simulator::run, py::arg("grp_ptr").noconvert(), py::arg("grp_devs").noconvert(),
            py::arg("grp_option").noconvert(), py::arg("shares"), py::arg("mp_part"), py::arg("fusion_bytes") = 0,
            py::arg("sync_after_backward") = false, py::arg("op_dup") = py::none(), py::arg("with_tasks") = false,
-           py::arg("collapse") = false,
+           py::arg("collapse") = false, py::arg("microbatches") = 1,
            "Expand a strategy into tasks and simulate one iteration; returns a summary dict.");
 
   m.def(

@@ -91,6 +91,12 @@ class Strategy:
     # Op-level duplication chosen by the SFB solver (tag_tf/search/sfb.py), one entry per gradient
     # whose synchronisation it replaces. Empty: none.
     sfb: tuple[SfbCut, ...] = ()
+    # Pipelining (GPipe): each group's part of the batch runs as this many micro-batches, in order,
+    # one after the other on each of its devices; groups on different devices are pipeline stages
+    # (micro-batch m of a stage starts once the stage before has finished m, while that stage goes
+    # on with m + 1). Gradients are summed over the micro-batches on each device, then synchronised
+    # once per step as the group's option says. 1: the whole part at once (no pipelining).
+    microbatches: int = 1
 
     @property
     def duplicated_ops(self) -> frozenset[str]:
@@ -104,7 +110,8 @@ class Strategy:
         Only such a plan lets every task of a cluster drive its own part of each step
         (compiler/localize: between-graph execution); any other edge between tasks needs one driver."""
         first = self.groups[0].devices if self.groups else ()
-        return not self.sfb and all(g.option is Option.ALLREDUCE and g.devices == first for g in self.groups)
+        # (Pipelined plans, micro-batched whole replicas included, run with one driver for now.)
+        return not self.sfb and self.microbatches == 1 and all(g.option is Option.ALLREDUCE and g.devices == first for g in self.groups)
 
     def machines(self, topology: Topology) -> frozenset[int]:
         """The machines (tasks of a cluster) this plan places work on."""
@@ -138,7 +145,8 @@ class Strategy:
                 "fusion_bytes": self.fusion_bytes, "sync_after_backward": self.sync_after_backward,
                 "groups": [g.to_dict() for g in self.groups],
                 **({} if self.op_groups is None else {"op_groups": list(self.op_groups)}),
-                **({"sfb": [c.to_dict() for c in self.sfb]} if self.sfb else {})}
+                **({"sfb": [c.to_dict() for c in self.sfb]} if self.sfb else {}),
+                **({"microbatches": self.microbatches} if self.microbatches != 1 else {})}
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -176,8 +184,11 @@ class Strategy:
                 raise StrategyError(f"{source}: 'op_groups' must be a list of group ids, one per planned op")
             op_groups = tuple(op_groups)
         sfb = _parse_sfb(d.get("sfb", []), source)           # absent in files older than SFB
+        micro = d.get("microbatches", 1)                      # absent unless pipelined
+        if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1:
+            raise StrategyError(f"{source}: 'microbatches' must be a positive integer, got {micro!r}")
         return cls(tuple(groups), None if shares is None else tuple(float(x) for x in shares),
-                   d.get("graph"), d.get("topology"), d.get("name", ""), fusion, barrier, op_groups, sfb)
+                   d.get("graph"), d.get("topology"), d.get("name", ""), fusion, barrier, op_groups, sfb, micro)
 
     @classmethod
     def load(cls, path: str) -> Strategy:
@@ -223,6 +234,11 @@ class Strategy:
                     raise StrategyError(f"group {i}: device {d} does not exist "
                                         f"(the topology has devices 0..{num_devices - 1})")
         _check_cuts(self.sfb)
+        if isinstance(self.microbatches, bool) or not isinstance(self.microbatches, int) or self.microbatches < 1:
+            raise StrategyError(f"microbatches must be a positive integer, got {self.microbatches!r}")
+        if self.microbatches > 1 and self.sfb:
+            raise StrategyError("a pipelined plan (microbatches > 1) cannot also duplicate ops (sfb): "
+                                "sufficient factor broadcasting is not micro-batched yet")
         if self.shares is not None:
             if len(self.shares) != num_devices:
                 raise StrategyError(f"shares has {len(self.shares)} entries but the topology has "

@@ -44,6 +44,18 @@ def analysis_of(name: str, num_groups: int = 60, exact_batch_stats: bool = False
     return model, analyze(ctx, graph, rebuild=rebuild, batch_size=model.batch_size, weight_fn=reference_weights)
 
 
+def flat_costs(analysis, types, fixed=0.0, per_sample=0.0):
+    """Simulator costs where every training op costs `fixed + per_sample * samples` seconds on every
+    device type."""
+    from tag_tf.profile.costs import OpCosts
+    from tag_tf.sim.simulator import training_costs
+
+    base = training_costs(analysis, types)
+    n = len(base.op_names)
+    return OpCosts(base.op_names, tuple(types), np.full((len(types), n), fixed), np.full((len(types), n), per_sample),
+                   {t: "test" for t in types})
+
+
 def batches(model, steps: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     data = [model.feed(rng) for _ in range(steps)]

@@ -61,7 +61,62 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
         nodes = {n.name: n for n in self.f.nodes}
         for name in self.graph.order:       # control edges, once every instance exists
             self._wire_control(name, nodes)
+        self._gate_microbatches(nodes)
         self._emit_collectives()
+
+    def _gate_microbatches(self, nodes: dict[str, Any]) -> None:
+        """The pipeline schedule (GPipe's forward): on each device, a stage's forward pass of
+        micro-batch m starts once that of micro-batch m - 1 is done there. Left to the dataflow
+        alone, every micro-batch's first op is ready at once and the device runs them breadth first:
+        micro-batch 0 would leave the stage only when all of them do, and the next stage would wait.
+        Per micro-batched layout and device, a NoOp gate waits for micro-batch m - 1's exits (its
+        forward ops no other forward op of the stage reads) and micro-batch m's entries (forward ops
+        reading nothing forward from the stage) wait for it. A stage whose forward pass joins its
+        micro-batches (an op needing the whole batch: exact batch statistics) is left ungated: its
+        micro-batch 0 waits for the others anyway, and a gate would close a cycle. kernels/expand.h
+        adds the same edges."""
+        loss = self.graph.meta.loss
+        if not loss:
+            return
+        forward = self.graph.ancestors([TensorRef.parse(loss).op]) & self._training_ops
+        stages: dict[Layout, list[str]] = {}
+        for name in self.graph.order:
+            lay = self.placement.of(name)
+            if name in forward and lay.micro > 1:
+                stages.setdefault(lay, []).append(name)
+        for lay, ops in stages.items():
+            members = set(ops)
+            read = {r.op for o in ops for r in self.graph.op(o).inputs if r.op in members}
+            entries = [o for o in ops if not any(r.op in members for r in self.graph.op(o).inputs)]
+            exits = [o for o in ops if o not in read]
+            k = lay.size // lay.micro
+            later = {self.instances[o][j] for o in ops for j in range(k, lay.size)}
+            if self._reaches(nodes, [self.instances[o][i] for o in exits for i in range(k)], later):
+                continue
+            for m in range(1, lay.micro):
+                for i in range(k):
+                    j, prev = m * k + i, (m - 1) * k + i
+                    gate = self.f.no_op(f"tag/gate/m{m}/{lay.devices[j]}", [self.instances[o][prev] for o in exits],
+                                        self.devices[lay.devices[j]])
+                    for o in entries:
+                        nodes[self.instances[o][j]].input.append(f"^{gate}")
+
+    @staticmethod
+    def _reaches(nodes: dict[str, Any], start: Sequence[str], targets: set[str]) -> bool:
+        """Whether any of `targets` is an ancestor (data or control) of a node in `start`."""
+        seen: set[str] = set()
+        stack = list(start)
+        while stack:
+            name = stack.pop()
+            if name in seen or name not in nodes:
+                continue
+            seen.add(name)
+            for i in nodes[name].input:
+                src = i.lstrip("^").split(":")[0]
+                if src in targets:
+                    return True
+                stack.append(src)
+        return False
 
     @staticmethod
     def _instance_name(op: str, lay: Layout, j: int) -> str:
@@ -88,7 +143,8 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
                 # A loop's back edge (read by its Merge before it is emitted): the name it will have,
                 # the copy on this device.
                 play = self.placement.of(ref.op)
-                k = play.devices.index(lay.devices[j]) if lay.devices[j] in play.devices else 0
+                k = j if play.devices == lay.devices else \
+                    play.devices.index(lay.devices[j]) if lay.devices[j] in play.devices else 0
                 node.input.append(f"{self._instance_name(ref.op, play, k)}:{ref.index}")
                 continue
             need = ann.requires[i] if replicated else FULL
@@ -172,22 +228,28 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
                 return self._as_partial(ref, lay, j)
             if need.kind is Kind.LOCAL:
                 return self._as_local(ref, lay, j)
-        return self.full_on(ref, lay.devices[j], lay)
+        return self.full_on(ref, lay.devices[j], lay, j)
 
     # -- full -----------------------------------------------------------------------------------
-    def full_on(self, ref: TensorRef, device: int, consumer: Layout | None = None) -> str:
+    def full_on(self, ref: TensorRef, device: int, consumer: Layout | None = None, replica: int | None = None) -> str:
+        """ref's whole value on `device`, for `consumer`'s instance `replica` when given (a replica
+        reads its own replica's copy: micro-batches of one device, each copy of a loop its frame's)."""
         play = self.placement.of(ref.op)
         state = self.state_of(ref)
         if state.kind is Kind.FULL:
+            if replica is not None and consumer is not None and consumer.devices == play.devices:
+                return self.out(ref, replica)
             k = play.devices.index(device) if device in play.devices else 0
             return self.out(ref, k)
         if state.kind is Kind.SPLIT:
             return self._memo_get(("concat", ref, device), lambda: self._concat(ref, device))
         if state.kind is Kind.PARTIAL:
             if (consumer is not None and consumer.mode is not Mode.SINGLE and play.option is Option.ALLREDUCE
-                    and set(consumer.devices) == set(play.devices)):
-                return self._all_reduce(ref)[play.devices.index(device)]
+                    and set(consumer.devices) == set(play.devices) and len(play.distinct) > 1):
+                return self._all_reduce(ref)[play.distinct.index(device)]
             agg = device if consumer is None or consumer.mode is Mode.SINGLE else play.devices[0]
+            if play.micro > 1 and play.distinct == (agg,):
+                return self._device_sum(ref, agg)     # a stage alone on agg: its micro-batches' sum is the sum
             return self._memo_get(("addn", ref, agg), lambda: self._add_n(ref, agg))
         return self._global_value(ref, device)
 
@@ -202,11 +264,40 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
     def _as_split(self, ref: TensorRef, lay: Layout, need: State) -> list[str]:
         play = self.placement.of(ref.op)
         state = self.state_of(ref)
-        if (play.same_split(lay) and state.kind is Kind.SPLIT and state.axis == need.axis
+        if ((play.same_split(lay) or play.lines_up(lay)) and state.kind is Kind.SPLIT and state.axis == need.axis
                 and state.mult == need.mult):
-            return [self.out(ref, j) for j in range(lay.size)]
+            return [self.out(ref, j) for j in range(lay.size)]      # TF sends each piece where it goes
+        if (play.mode is Mode.REPLICATED and play.micro == lay.micro > 1 and play.counts and lay.counts
+                and state.kind is Kind.SPLIT and state.axis == need.axis and state.mult == need.mult):
+            key = ("split", ref, lay.devices, lay.counts, lay.weights, need.axis, need.mult, "by micro-batch")
+            return self._memo_get(key, lambda: self._split_by_microbatch(ref, play, lay, need))
         key = ("split", ref, lay.devices, lay.counts, lay.weights, need.axis, need.mult)
         return self._memo_get(key, lambda: self._split(ref, play, state, lay, need))
+
+    def _split_by_microbatch(self, ref: TensorRef, play: Layout, lay: Layout, need: State) -> list[str]:
+        """Between two pipeline stages split over different devices (static counts: both cut the
+        batch into the same micro-batches): each micro-batch's pieces are regrouped on their own,
+        so micro-batch m of the next stage waits for micro-batch m of this one only."""
+        micro, kp, kc = lay.micro, play.size // lay.micro, lay.size // lay.micro
+        dtype = self._dtype(ref)
+        pieces: list[str] = []
+        for m in range(micro):
+            have = [self.out(ref, j) for j in range(m * kp, (m + 1) * kp)]
+            counts = lay.counts[m * kc:(m + 1) * kc]
+            if play.counts[m * kp:(m + 1) * kp] == counts:
+                pieces += have
+                continue
+            at = lay.devices[m * kc]
+            device = self.devices[at]
+            whole = have[0] if kp == 1 else self.f.concat(f"tag/concat/{ref.op}/m{m}", have, need.axis, dtype,
+                                                          device) + ":0"
+            if kc == 1:
+                pieces.append(whole)
+                continue
+            sizes = self.f.const(f"tag/split/{ref.op}/m{m}/sizes", [c * need.mult for c in counts], "int32", device)
+            name = self.f.split_v(f"tag/split/{ref.op}/m{m}", whole, sizes, need.axis, kc, dtype, device)
+            pieces += [f"{name}:{k}" for k in range(kc)]
+        return pieces
 
     def _split(self, ref: TensorRef, play: Layout, state: State, lay: Layout, need: State) -> list[str]:
         # Split where the whole value is (or where it is assembled), then TF sends each piece.
@@ -311,6 +402,8 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
                     out["recompute"] += 1
                 else:
                     out["other_conversions"] += 1
+        out["accumulate"] = sum(key[0] == "accumulate" and origin == "training"      # micro-batch sums per device
+                                for key, origin in self._origin.items())
         out["allreduce"] = sum(any(self._origin.get(k) == "training" for k in b) for b in self._buckets)
         # A fused sum is one AddN for all its members.
         out["addn_tensors"] = out["addn"]

@@ -44,20 +44,42 @@ class CollectivesMixin(BuilderBase):
     def _add_n(self, ref: TensorRef, device: int) -> str:
         """ref's replicas summed on `device`. With fusion, the training step's sums are deferred
         like all-reduces: they are packed per (replicas, device) into buckets by `_emit_collectives`."""
+        play = self.placement.of(ref.op)
+        if play.micro > 1 and play.distinct == (device,):
+            return self._device_sum(ref, device)      # a stage alone on this device: its micro-batches' sum
         if self.fusion_bytes and self._emitting_training and not self._recompute_depth and not self._collectives_done:
             name = self.f.unique(f"tag/sum/{ref.op}")
             self._pending_sums.append((("addn", ref, device), [name]))
             return name + ":0"
-        play = self.placement.of(ref.op)
-        pieces = [self.out(ref, k) for k in range(play.size)]
+        pieces = [self._device_sum(ref, d) for d in play.distinct]
         return self.f.add_n(f"tag/sum/{ref.op}", pieces, self._dtype(ref), self.devices[device]) + ":0"
 
+    def _summed_for(self, key: tuple, ref: TensorRef, device: int) -> str:
+        """`_device_sum` for the reduction `key` (built once every op is emitted): the training step
+        needs it where it needs that reduction."""
+        self._emitting_training = self._origin.get(key, "other") == "training"
+        try:
+            return self._device_sum(ref, device)
+        finally:
+            self._emitting_training = False
+
+    def _device_sum(self, ref: TensorRef, device: int) -> str:
+        """ref's partial sums on `device` added up: its one replica there, or the sum of its
+        micro-batches there (accumulated where they were computed: one value leaves the device)."""
+        play = self.placement.of(ref.op)
+        replicas = play.replicas_on(device)
+        if len(replicas) == 1:
+            return self.out(ref, replicas[0])
+        return self._memo_get(("accumulate", ref, device), lambda: self.f.add_n(
+            f"tag/accumulate/{ref.op}", [self.out(ref, j) for j in replicas], self._dtype(ref),
+            self.devices[device]) + ":0")
+
     def _all_reduce(self, ref: TensorRef) -> list[str]:
-        """Per replica, the name of ref's all-reduced value. Until every op is emitted this only
+        """Per device of its layout (`Layout.distinct`), the name of ref's all-reduced value. Until every op is emitted this only
         reserves the names (the collective is built with its bucket by `_emit_collectives`)."""
         def reserve() -> list[str]:
             play = self.placement.of(ref.op)
-            names = [self.f.unique(f"tag/allreduce/{ref.op}/r{k}") for k in range(play.size)]
+            names = [self.f.unique(f"tag/allreduce/{ref.op}/r{k}") for k in range(len(play.distinct))]
             key = ("allreduce", ref)
             if self._collectives_done:       # a late request (none is known to occur): alone
                 self._emit_bucket([(key, names)])
@@ -81,14 +103,14 @@ class CollectivesMixin(BuilderBase):
 
     def _emit_collectives(self) -> None:
         facts = FusionFacts(self.a)
-        requests = [facts.request(key[1], self.placement.of(key[1].op).devices) for key, _ in self._pending]
+        requests = [facts.request(key[1], self.placement.of(key[1].op).distinct) for key, _ in self._pending]
         if self.sync_after_backward:
             self._barrier = self._barrier_control(requests)
         for run_set, indices in _by_run_set(self._run_sets([key[1] for key, _ in self._pending])):
             for members in assign_buckets([requests[i] for i in indices], self.fusion_bytes):
                 chosen = [indices[i] for i in members]
                 self._emit_bucket([self._pending[i] for i in chosen], requests[chosen[0]].level, run_set)
-        sums = [facts.request(key[1], self.placement.of(key[1].op).devices, key[2]) for key, _ in self._pending_sums]
+        sums = [facts.request(key[1], self.placement.of(key[1].op).distinct, key[2]) for key, _ in self._pending_sums]
         for _, indices in _by_run_set(self._run_sets([key[1] for key, _ in self._pending_sums])):
             for members in assign_buckets([sums[i] for i in indices], self.fusion_bytes):
                 chosen = [indices[i] for i in members]
@@ -119,7 +141,7 @@ class CollectivesMixin(BuilderBase):
         self._buckets.append([key for key, _ in members])
         first: TensorRef = members[0][0][1]
         play = self.placement.of(first.op)
-        devs = play.devices
+        devs = play.distinct
         dtype = self._dtype(first)
         use_nccl = all(self.devices.gpu[d] for d in devs) and len({self.devices.machine(d) for d in devs}) == 1
         group_key = self._group_keys.setdefault(tuple(sorted(devs)), len(self._group_keys) + 1)
@@ -128,8 +150,8 @@ class CollectivesMixin(BuilderBase):
         for d in sorted(devs):
             device = self.devices[d]
             # Each member's instance on d (members may list the same devices in another order).
-            at = [self.placement.of(key[1].op).devices.index(d) for key, _ in members]
-            values = [self.out(key[1], j) for (key, _), j in zip(members, at)]
+            at = [self.placement.of(key[1].op).distinct.index(d) for key, _ in members]
+            values = [self._summed_for(key, key[1], d) for key, _ in members]
             if fused:
                 base = f"tag/fused/b{self._instance_key}/d{d}"
                 value, name = self._pack(base, values, dtype, device), self.f.unique(f"{base}/sum")
@@ -155,14 +177,14 @@ class CollectivesMixin(BuilderBase):
         dtype = self._dtype(refs[0])
         device = self.devices[target]
         if len(members) == 1:
-            pieces = [self.out(refs[0], k) for k in range(self.placement.of(refs[0].op).size)]
+            pieces = [self._summed_for(members[0][0], refs[0], d) for d in self.placement.of(refs[0].op).distinct]
             self.f.add_n(members[0][1][0], pieces, dtype, device, unique=False)
             return
         self._sum_buckets.append([key for key, _ in members])
         base = f"tag/fused_sum/{len(self._sum_buckets)}"
         packs = []
-        for d in sorted(self.placement.of(refs[0].op).devices):
-            values = [self.out(r, self.placement.of(r.op).devices.index(d)) for r in refs]
+        for d in sorted(self.placement.of(refs[0].op).distinct):
+            values = [self._summed_for(key, key[1], d) for key, _ in members]
             packs.append(self._pack(f"{base}/d{d}", values, dtype, self.devices[d]))
         total = self.f.add_n(f"{base}/sum", packs, dtype, device)
         self._unpack(list(zip(refs, (names[0] for _, names in members))), total + ":0", dtype, device)

@@ -6,6 +6,13 @@
 - DUPLICATED(R): a full copy on every device of R (whole batch each): a Duplicate group, and the
   ops sufficient factor broadcasting duplicates inside a replicated group (`Strategy.sfb`).
 
+Pipelined plans (`Strategy.microbatches` M > 1): a group's ops run as M micro-batches, a REPLICATED
+layout whose replica m * k + i is micro-batch m's part on the group's i-th device (k devices): R
+lists each device M times, in micro-batch order, so the replicas' rows in order are the batch's.
+What keeps state -- variables (slots included) and the ops writing them (`keeps_state`) -- stays
+once per device (the group's layout without micro-batches); reads and gathers run per micro-batch.
+The micro-batches' gradients are summed on each device before the group's synchronisation.
+
 Ops outside training (initialisers, save/restore, summaries) follow the variable they touch: writers
 run once per variable copy (so every copy is initialised and restored), everything else once.
 Random initialisers therefore run once and every copy receives the same initial value.
@@ -43,10 +50,27 @@ class Layout:
     counts: tuple[int, ...] = ()          # REPLICATED: samples per replica (sum = batch size)
     weights: tuple[float, ...] = ()       # REPLICATED: share weights (dynamic batch: split at run time)
     option: Option = Option.ALLREDUCE     # how partial sums of this layout are synchronised
+    micro: int = 1                        # micro-batches (REPLICATED: each device listed this many times)
 
     @property
     def size(self) -> int:
         return len(self.devices)
+
+    @property
+    def distinct(self) -> tuple[int, ...]:
+        """The devices, each once, in the order of their first replica."""
+        return self.devices if self.micro == 1 else tuple(dict.fromkeys(self.devices))
+
+    def replicas_on(self, device: int) -> tuple[int, ...]:
+        """The replicas on `device` (several for a micro-batched layout)."""
+        return tuple(j for j, d in enumerate(self.devices) if d == device)
+
+    def lines_up(self, other: Layout) -> bool:
+        """Two replicated layouts, one of them micro-batched, whose replicas hold the same rows in
+        the same order (devices may differ): a pipeline stage hands micro-batch m's piece straight
+        to the next stage's replica m instead of gathering the batch and splitting it again."""
+        return (self.mode is Mode.REPLICATED and other.mode is Mode.REPLICATED and max(self.micro, other.micro) > 1
+                and self.size == other.size and self.counts == other.counts and self.weights == other.weights)
 
     def same_split(self, other: Layout) -> bool:
         """Two replicated layouts whose shards line up exactly."""
@@ -182,9 +206,13 @@ def resolve(analysis: Analysis, strategy: Strategy, num_devices: int) -> Placeme
     planned_host = analysis.planning.host
 
     # Per-group base layouts and, for PS groups, a parameter server per colocation set (round-robin).
+    # Pipelined: the micro-batched layout of each group's ops; what keeps state stays on `base`.
+    micro = strategy.microbatches
     group_layout: list[Layout] = []
+    group_micro: list[Layout] = []
     for plan in strategy.groups:
         group_layout.append(_group_layout(plan, strategy, batch, dynamic))
+        group_micro.append(_micro_layout(group_layout[-1], micro, batch, dynamic))
     ps_device: dict[int, int] = {}
     next_ps: dict[int, int] = {}
     mp_parts: dict[int, dict[str, int]] = {}
@@ -204,7 +232,8 @@ def resolve(analysis: Analysis, strategy: Strategy, num_devices: int) -> Placeme
             if gid not in mp_parts:
                 mp_parts[gid] = mp_partition(analysis, gid, len(plan.devices))
             host = analysis.planning.host[name]
-            layouts[name] = single(plan.devices[mp_parts[gid][host]])
+            part = single(plan.devices[mp_parts[gid][host]])
+            layouts[name] = part if keeps_state(graph, name) else _micro_layout(part, micro, batch, dynamic)
             continue
         if plan.option is Option.PS and base.mode is Mode.REPLICATED and coloc.with_variable(name):
             root = coloc.root(name)
@@ -217,7 +246,7 @@ def resolve(analysis: Analysis, strategy: Strategy, num_devices: int) -> Placeme
         if base.mode is Mode.REPLICATED and planned_host.get(name) in dup:    # SFB: the whole batch everywhere
             layouts[name] = Layout(Mode.DUPLICATED, base.devices, option=base.option)
             continue
-        layouts[name] = base
+        layouts[name] = base if keeps_state(graph, name) else group_micro[gid]
 
     # Non-training ops follow what they are colocated with.
     anchor: dict[int, str] = {}
@@ -235,7 +264,7 @@ def resolve(analysis: Analysis, strategy: Strategy, num_devices: int) -> Placeme
         if lay.mode is Mode.SINGLE:
             layouts[name] = lay
         elif opsets.is_variable_writer(graph.op(name).type) or graph.op(name).type in opsets.TABLE_WRITERS:
-            layouts[name] = Layout(Mode.DUPLICATED, lay.devices)   # write every copy (of a variable or table)
+            layouts[name] = Layout(Mode.DUPLICATED, lay.distinct)  # write every copy (of a variable or table)
         else:
             layouts[name] = single(lay.devices[0])
     return Placement(layouts, batch, dynamic)
@@ -251,5 +280,33 @@ def _group_layout(plan: GroupPlan, strategy: Strategy, batch: int, dynamic: bool
     return Layout(Mode.REPLICATED, plan.devices, counts, weights if dynamic else (), plan.option)
 
 
-__all__ = ["HOST", "Layout", "Mode", "Placement", "resolve", "validated_duplicates", "single", "mp_partition"]
+def keeps_state(graph: Any, op: str) -> bool:
+    """A variable or an op writing one (or a table): in a micro-batched group it runs once per
+    device, not once per micro-batch."""
+    kind = graph.op(op).type
+    return kind in opsets.VARIABLE_OPS or opsets.is_variable_writer(kind) or kind in opsets.TABLE_WRITERS
+
+
+def _micro_layout(base: Layout, micro: int, batch: int, dynamic: bool) -> Layout:
+    """`base` (a group's layout, or one device's) run as `micro` micro-batches: each micro-batch
+    split over base's devices as base splits the batch. Layouts that keep the whole batch on every
+    device (duplicated) are not micro-batched."""
+    if micro == 1 or base.mode is Mode.DUPLICATED:
+        return base
+    k = base.size
+    if dynamic:
+        counts: tuple[int, ...] = ()
+        weights = tuple(w for _ in range(micro) for w in (base.weights or (1.0,) * k))
+    else:
+        share = (1.0,) * k if base.mode is Mode.SINGLE else tuple(c / batch for c in base.counts)
+        try:
+            counts = tuple(c for part in split_counts(batch, (1.0,) * micro) for c in split_counts(part, share))
+        except StrategyError:
+            raise StrategyError(f"batch size {batch} is too small for {micro} micro-batches over {k} device(s) "
+                                f"({micro * k} parts of at least one sample)") from None
+        weights = ()
+    return Layout(Mode.REPLICATED, base.devices * micro, counts, weights, base.option, micro)
+
+
+__all__ = ["HOST", "keeps_state", "Layout", "Mode", "Placement", "resolve", "validated_duplicates", "single", "mp_partition"]
 

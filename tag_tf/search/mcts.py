@@ -49,6 +49,7 @@ from tag_tf.search.priors import PRIORS, default_prior
 from tag_tf.search.refine import refine
 from tag_tf.search.registry import baseline, fixed_baselines, template_baseline
 from tag_tf.search.shares import ShareSolver
+from tag_tf.search.stages import PIPELINE, PIPELINE_MAX_S, PIPELINE_SHARE, pipeline_search
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
 if TYPE_CHECKING:
@@ -83,6 +84,9 @@ class MctsOptions:
     # A learned prior is mixed with the uniform one at this share, so that an action it rules out is
     # still tried within a search (AlphaZero's root noise, deterministic and at every vertex).
     prior_mix: float = 0.5
+    # Pipelining (search/stages.py): the pipeline baseline (stages over the machines, micro-batched) is
+    # a baseline to beat, and the polish tries the best plan in micro-batches. False: neither.
+    pipeline: bool = True
 
 
 def candidate_actions(topology: Topology) -> list[GroupPlan]:
@@ -183,6 +187,14 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
     else:
         times["heterog"] = math.inf
     fixed[BEST_SUBSET], times[BEST_SUBSET] = best_subset(cost, n_groups, topology, singles=sim.client is not None)
+    piped = None
+    if options.pipeline:
+        until = Deadline(time.perf_counter() + min(PIPELINE_SHARE * options.budget_s, PIPELINE_MAX_S))
+        piped, times[PIPELINE] = pipeline_search(cost, sim.analysis, topology, None, math.inf, until)
+    if piped is None:
+        times[PIPELINE] = math.inf
+    else:
+        fixed[PIPELINE] = piped
     best_name = min(times, key=times.__getitem__)
     reference = times[best_name]
     dp_time = times["dp"]
@@ -317,6 +329,10 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
         best_plan, best_time = tune_fusion(cost, best_plan, best_time, deadline)
         best_plan, best_time = balance_shares(cost, best_plan, best_time, deadline,
                                               ShareSolver(sim.for_strategy(best_plan)))
+        if options.pipeline:        # the plan found, in micro-batches
+            micro, best_time = pipeline_search(cost, sim.analysis, topology, best_plan, best_time, deadline,
+                                               stages=False)
+            best_plan = micro or best_plan
     if np.isfinite(best_time):
         best_time = cost.confirmed(best_plan, best_time)
     fell_back = not best_time < reference

@@ -21,6 +21,7 @@ from tag_tf.search.baselines import (
 )
 from tag_tf.search.heterog import heterog
 from tag_tf.search.moves import Evaluator
+from tag_tf.search.stages import PIPELINE, best_pipeline
 from tag_tf.strategy import Strategy
 
 if TYPE_CHECKING:
@@ -179,3 +180,6 @@ register(BaselineSpec("heterog", "HeteroG", "HeteroG's decision space (replicate
                       "device, per group) searched from the best fixed baseline", searched=_heterog))
 register(BaselineSpec(BEST_SUBSET, "Best subset", "Horovod-P on the k fastest machines, the best k simulated",
                       searched=_best_subset, fallback=True))
+register(BaselineSpec(PIPELINE, "Pipeline", "stages of consecutive layers over the machines, each data-parallel over "
+                      "its machines, the batch in micro-batches (GPipe); the best stage count and micro-batches "
+                      "simulated", searched=best_pipeline))

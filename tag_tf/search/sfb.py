@@ -348,6 +348,9 @@ def apply_sfb(sim: Simulator, strategy: Strategy, *, time_limit_s: float = 1.0, 
     solved afresh; when nothing beats the plan as given, it comes back unchanged. `deadline` (a
     time.perf_counter() value) bounds the solving and the trials: past it, what was found stands."""
     start = time.perf_counter()
+    if strategy.microbatches > 1:            # SFB is not micro-batched (Strategy.validate): as given
+        t = _seconds(sim.simulate(strategy))
+        return SfbOutcome(strategy, t, t, (), 0, 0, 1, 0.0, time.perf_counter() - start)
     base = strategy.with_sfb_cuts(())
     sim = sim.for_strategy(base)
     solver = SfbSolver(sim, time_limit_s, deadline=deadline)

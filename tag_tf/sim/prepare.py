@@ -19,7 +19,7 @@ from tag_tf.analysis.states import Flag, Kind
 from tag_tf.ir import TensorRef
 from tag_tf.ir.opsets import VARIABLE_OPS
 from tag_tf.placement.fusion import FusionFacts
-from tag_tf.placement.layout import ColocationSets
+from tag_tf.placement.layout import ColocationSets, keeps_state
 
 if TYPE_CHECKING:
     from tag_tf.profile.comm import CommModel
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from tag_tf.topology.spec import Topology
 
 STATE_CODE = {Kind.FULL: 0, Kind.SPLIT: 1, Kind.PARTIAL: 2, Kind.LOCAL: 3}
-SOURCE, VARIABLE_SIDE = 1, 2          # op_flags bits
+SOURCE, VARIABLE_SIDE, KEEPS_STATE, FORWARD = 1, 2, 4, 8          # op_flags bits
 _READS = frozenset({"ReadVariableOp", "VarHandleOp", "VariableV2", "Variable", "Const"})
 
 
@@ -81,7 +81,7 @@ class Prepared:
     # -- per planned op
     op_group: np.ndarray          # int32 [n]: its op group
     op_coloc: np.ndarray          # int32 [n]: colocation set id (PS: one server per set)
-    op_flags: np.ndarray          # uint8 [n]: SOURCE | VARIABLE_SIDE
+    op_flags: np.ndarray          # uint8 [n]: SOURCE | VARIABLE_SIDE | KEEPS_STATE | FORWARD
     op_fixed: np.ndarray          # float64 [T*n]: seconds per run, whatever the batch
     op_per_sample: np.ndarray     # float64 [T*n]: seconds per sample
     op_out_fixed: np.ndarray      # int64 [n]: output bytes that do not scale with the batch
@@ -177,6 +177,11 @@ def _op_facts(analysis: Analysis) -> dict[str, Any]:
     """op_group, op_coloc (colocation sets numbered in order of first op) and op_flags."""
     ops = analysis.planning.ops
     coloc = ColocationSets(analysis)
+    members = analysis.planning.members()
+    host = analysis.planning.host
+    loss = analysis.graph.meta.loss
+    cone = analysis.graph.ancestors([TensorRef.parse(loss).op]) if loss else set()
+    forward = {host[o] for o in cone if o in host}
     roots: dict[int, int] = {}
     flags = np.zeros(len(ops), dtype=np.uint8)
     for i, o in enumerate(ops):
@@ -184,6 +189,10 @@ def _op_facts(analysis: Analysis) -> dict[str, Any]:
             flags[i] |= SOURCE
         if coloc.with_variable(o):
             flags[i] |= VARIABLE_SIDE
+        if any(keeps_state(analysis.graph, m) for m in members.get(o, (o,))):
+            flags[i] |= KEEPS_STATE          # pipelined plans run it once per device
+        if o in forward:
+            flags[i] |= FORWARD              # the loss's ancestors: a pipeline stage's forward pass
     return {"op_group": np.array([analysis.grouping.group_of[o] for o in ops], dtype=np.int32),
             "op_coloc": np.array([roots.setdefault(coloc.root(o), len(roots)) for o in ops], dtype=np.int32),
             "op_flags": flags}
@@ -361,4 +370,4 @@ def _comm_fits(comm: CommModel, num_devices: int) -> CommFits:
     return CommFits(float(comm.host_message_s), p2p["intra"], p2p["inter"], allreduce["intra"], allreduce["inter"])
 
 
-__all__ = ["CommFits", "Piecewise", "Prepared", "SOURCE", "STATE_CODE", "VARIABLE_SIDE", "device_types", "prepare"]
+__all__ = ["CommFits", "FORWARD", "KEEPS_STATE", "Piecewise", "Prepared", "SOURCE", "STATE_CODE", "VARIABLE_SIDE", "device_types", "prepare"]

@@ -329,6 +329,10 @@ class Simulator:
         return (ptr, np.asarray(devs, dtype=np.int32), options, shares, mp, int(strategy.fusion_bytes or 0),
                 bool(strategy.sync_after_backward), dup)
 
+    @staticmethod
+    def _pipelined(strategy: Strategy) -> dict[str, int]:
+        return {"microbatches": strategy.microbatches} if strategy.microbatches > 1 else {}
+
     def simulate(self, strategy: Strategy, *, detail: bool = False, collapse: bool | None = None,
                  approximate: bool = False) -> SimReport:
         """One iteration of `strategy`. `collapse`: devices the plan treats alike on interchangeable
@@ -347,9 +351,10 @@ class Simulator:
         args = self.encode(strategy)
         start = time.perf_counter()
         try:
-            out = self._native.run(*args, with_tasks=detail, collapse=collapse and not detail)
+            micro = self._pipelined(strategy)
+            out = self._native.run(*args, with_tasks=detail, collapse=collapse and not detail, **micro)
             if not out["exact"] and not approximate:
-                out = self._native.run(*args, with_tasks=detail, collapse=False)
+                out = self._native.run(*args, with_tasks=detail, collapse=False, **micro)
         except ValueError as e:
             raise StrategyError(str(e)) from None
         sim_ms = (time.perf_counter() - start) * 1e3

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import analysis_of
+from conftest import analysis_of, flat_costs
 
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.context import PassContext
@@ -25,14 +25,6 @@ def topology(spec_machines, switch="10Gbps"):
     if len(spec_machines) > 1:
         spec["inter"] = {"switch": switch}
     return load_topology(spec)
-
-
-def flat_costs(analysis, types, fixed=0.0, per_sample=0.0):
-    """Every training op costs `fixed + per_sample * samples` seconds on every device type."""
-    base = training_costs(analysis, types)
-    n = len(base.op_names)
-    return OpCosts(base.op_names, tuple(types), np.full((len(types), n), fixed), np.full((len(types), n), per_sample),
-                   {t: "test" for t in types})
 
 
 def test_single_device_time_is_the_sum_of_op_times():

@@ -1,0 +1,154 @@
+"""Pipelining in the search, SIMULATED: `auto` (MCTS) with its pipelining phase against the same
+search without it (`MctsOptions.pipeline=False`), same seed and budget, on the calibrated paper
+presets (the paper's global batches) and the 64-GPU mixed cluster (global batch per GPU as
+benchmarks/scale.py). Each row: both step times, the speed-up, the pipelined plan's micro-batches
+and stages where one was kept, and the compute lower bound (Simulator.lower_bound_s).
+
+Verdicts (issue: pipeline parallelism): with pipelining >= 1.2x faster on bert-large and transformer,
+never slower on any model (1% tolerance: the polish shares its budget with the pipelining phase),
+and bert-small <= 2.5x the lower bound on the testbed.
+
+Usage: python benchmarks/pipeline.py [--budget 20] [--models ...] [--presets testbed,cloud,mixed:64]
+           [--markdown benchmarks/RESULTS.md] [--render]
+Writes benchmarks/results/pipeline.json and the RESULTS.md section between the markers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+MODELS = ("vgg19", "resnet101", "inceptionv3", "transformer", "bert-small", "bert-large")
+PRESETS = ("testbed", "cloud", "mixed:64")
+MIXED_PER_GPU = {"vgg19": 8, "resnet101": 8, "inceptionv3": 8, "transformer": 16, "bert-small": 16, "bert-large": 4}
+TARGET_MODELS = ("bert-large", "transformer")
+TARGET_SPEEDUP = 1.2
+NEVER_SLOWER_TOL = 1.01
+BOUND_MODEL, BOUND_PRESET, BOUND_RATIO = "bert-small", "testbed", 2.5
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "pipeline.json")
+BEGIN, END = "<!-- pipeline:begin -->", "<!-- pipeline:end -->"
+
+
+def analysis_for_row(model: str, preset: str) -> Any:
+    from tag_tf.context import Options, PassContext
+    from tag_tf.frontend.loading import analysis_for, load
+
+    batch = MIXED_PER_GPU[model] * int(preset.split(":")[1]) if preset.startswith("mixed:") else None
+    args = argparse.Namespace(model=model, batch=batch, tiny=False, input_size=None, graph=None, groups=60)
+    return analysis_for(load(args, dropout=0.0), args, PassContext(Options(num_groups=60)))
+
+
+def run_row(model: str, preset: str, budget: float) -> dict[str, Any]:
+    from tag_tf.search.mcts import MctsOptions, mcts_search
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.load import load_topology
+
+    analysis = analysis_for_row(model, preset)
+    topology = load_topology(preset)
+    row: dict[str, Any] = {"batch": analysis.batch_size}
+    for key, pipeline in (("without", False), ("with", True)):
+        sim = Simulator(analysis, topology)
+        start = time.perf_counter()
+        result = mcts_search(sim, topology, MctsOptions(budget_s=budget, seed=0, pipeline=pipeline))
+        plan = result.strategy
+        row[key] = {"ms": result.iteration_time_s * 1e3, "wall_s": round(time.perf_counter() - start, 1),
+                    "simulations": result.simulations, "microbatches": plan.microbatches,
+                    "device_sets": len({g.devices for g in plan.groups}),
+                    "devices": len({d for g in plan.groups for d in g.devices})}
+        if key == "without":
+            row["lower_bound_ms"] = sim.lower_bound_s() * 1e3
+    row["speedup"] = row["without"]["ms"] / row["with"]["ms"]
+    row["with_over_bound"] = row["with"]["ms"] / row["lower_bound_ms"]
+    return row
+
+
+def verdicts(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    targets = {k: r["speedup"] for k, r in rows.items() if k.split("/")[1] in TARGET_MODELS}
+    out["targets_speedup"] = targets
+    out["targets_met"] = bool(targets) and all(v >= TARGET_SPEEDUP for v in targets.values())
+    slower = {k: r["speedup"] for k, r in rows.items() if r["with"]["ms"] > NEVER_SLOWER_TOL * r["without"]["ms"]}
+    out["slower_rows"] = slower
+    out["never_slower"] = not slower
+    bound = rows.get(f"{BOUND_PRESET}/{BOUND_MODEL}")
+    out["bert_small_testbed_over_bound"] = None if bound is None else bound["with_over_bound"]
+    out["bound_met"] = bool(bound is not None and bound["with_over_bound"] <= BOUND_RATIO)
+    out["pipelined_rows"] = sorted(k for k, r in rows.items() if r["with"]["microbatches"] > 1)
+    return out
+
+
+def render(data: dict[str, Any]) -> str:
+    v = data["verdicts"]
+    lines = [f"SIMULATED ({data['date']}, code {data['commit']}, {data['budget_s']:g} s search budget each, seed 0): "
+             "`auto` with its pipelining phase against the same search without it. A row is pipelined where the "
+             "plan kept has micro-batches (M > 1).", "",
+             "| preset / model | batch | without, ms | with, ms | speed-up | plan kept | with / lower bound |",
+             "|---|---|---|---|---|---|---|"]
+    for key, r in data["rows"].items():
+        w = r["with"]
+        kept = (f"M={w['microbatches']}, {w['device_sets']} device set(s), {w['devices']} devices"
+                if w["microbatches"] > 1 else "no pipeline")
+        lines.append(f"| {key} | {r['batch']} | {r['without']['ms']:.1f} | {w['ms']:.1f} | {r['speedup']:.2f}x | "
+                     f"{kept} | {r['with_over_bound']:.2f}x |")
+    targets = ", ".join(f"{k} {x:.2f}x" for k, x in v["targets_speedup"].items())
+    lines += ["", f"Targets: >= {TARGET_SPEEDUP}x on {' and '.join(TARGET_MODELS)} -- "
+              f"{'met' if v['targets_met'] else 'NOT MET'} ({targets}); never slower (1% tolerance) -- "
+              f"{'met' if v['never_slower'] else 'NOT MET: ' + ', '.join(v['slower_rows'])}; {BOUND_MODEL} on the "
+              f"{BOUND_PRESET} <= {BOUND_RATIO}x the lower bound -- "
+              + ("not run" if v["bert_small_testbed_over_bound"] is None else
+                 f"{'met' if v['bound_met'] else 'NOT MET'} ({v['bert_small_testbed_over_bound']:.2f}x)") + "."]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(path: str) -> None:
+    """Add the section's markers to RESULTS.md if missing, then regenerate the generated sections
+    from their JSON (benchmarks/report.py)."""
+    from benchmarks import report
+
+    with open(path) as f:
+        text = f.read()
+    if BEGIN not in text:
+        with open(path, "w") as f:
+            f.write(text.rstrip("\n") + "\n\n## Pipelining in the search (simulated)\n\n" + BEGIN + "\n" + END + "\n")
+    report.report(path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=float, default=20.0)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--presets", default=",".join(PRESETS))
+    ap.add_argument("--out", default=OUT)
+    ap.add_argument("--markdown", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"))
+    ap.add_argument("--render", action="store_true", help="only rewrite the RESULTS.md section from the JSON")
+    args = ap.parse_args()
+    if args.render:
+        with open(args.out) as f:
+            data = json.load(f)
+    else:
+        rows: dict[str, dict[str, Any]] = {}
+        for preset in args.presets.split(","):
+            for model in args.models.split(","):
+                rows[f"{preset}/{model}"] = row = run_row(model, preset, args.budget)
+                print(f"{preset}/{model}: without {row['without']['ms']:.1f} ms, with {row['with']['ms']:.1f} ms "
+                      f"({row['speedup']:.2f}x, M={row['with']['microbatches']})", flush=True)
+        from benchmarks.report import stamp
+
+        data = stamp({"machine": platform.machine(), "budget_s": args.budget, "simulated": True, "rows": rows})
+        data["verdicts"] = verdicts(rows)
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(data, f, indent=1, default=float)       # numpy scalars
+    if args.markdown:
+        write_markdown(args.markdown)
+    print(json.dumps(data["verdicts"], indent=1))
+
+
+if __name__ == "__main__":
+    main()

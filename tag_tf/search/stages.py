@@ -1,0 +1,249 @@
+"""Pipeline stages: ops cut into consecutive stages of the forward pass, each on its devices.
+
+A pipelined plan (`Strategy.microbatches` > 1) puts consecutive ops on each stage's devices;
+the compiler runs every group's part of the batch as micro-batches, so while stage s works on
+micro-batch m, stage s - 1 already works on m + 1 (placement/layout.py, compiler/builder.py).
+
+A pipelined plan brings its own op groups, its stages (`op_stages`): the forward pass is cut in
+topological order where the running sum of its ops' weights (the analysis's op weights, or the
+simulator's op times) crosses each stage's end -- stage s takes `fractions[s]` of the work (by
+default equal parts; give a slower stage a smaller fraction) -- and every gradient and update goes
+with the stage of the layer it belongs to.
+
+`pipeline_search` makes the "pipeline" baseline every search has to beat (`best_pipeline`,
+`MctsOptions.pipeline`) and, in the MCTS polish, tries the best plan found with micro-batches (a
+plan whose groups sit on different devices is a pipeline already). The baseline: stages over the
+cluster's machines -- consecutive machines, in the
+topology's order and fastest first, cut into 2..MAX_STAGES blocks of about equal capacity, each
+stage data-parallel over its block with capacity shares and taking work in proportion to its
+capacity -- at each micro-batch count, and moves the stage cuts of the best of them. It keeps a
+pipelined plan only where it simulates faster than what it was given.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tag_tf.analysis import Analysis
+from tag_tf.errors import StrategyError
+from tag_tf.placement.fusion import HOROVOD_FUSION_BYTES
+from tag_tf.search.baselines import device_capacities
+from tag_tf.search.moves import Deadline, Evaluator, OutOfTime
+from tag_tf.strategy import GroupPlan, Option, Strategy
+from tag_tf.topology.spec import Topology
+
+if TYPE_CHECKING:
+    from tag_tf.sim.simulator import Simulator
+
+log = logging.getLogger("tag_tf.search")
+
+PIPELINE = "pipeline"            # the baseline's name (search/registry.py)
+PIPELINE_SHARE = 0.1             # of a search's budget for the pipeline baseline ...
+PIPELINE_MAX_S = 4.0             # ... at most
+MICROBATCHES = (2, 4, 8, 16)     # micro-batch counts the search tries
+MAX_STAGES = 8                   # stages over machines, at most
+CUT_STEPS = (0.8, 1.25)          # a stage's share of the work scaled by these when its cuts move
+CUT_ROUNDS = 2
+
+
+def planned_op_weights(sim: Simulator, device_type: str) -> np.ndarray:
+    """Each planned op's simulated compute time on `device_type` at the whole batch (the
+    simulator's op costs, summed over the training ops it hosts)."""
+    costs, analysis = sim.costs, sim.analysis
+    t = costs.device_index(device_type)
+    seconds = costs.fixed[t] + costs.per_sample[t] * analysis.batch_size
+    index = {name: i for i, name in enumerate(analysis.planning.ops)}
+    host = analysis.planning.host
+    out = np.zeros(len(index))
+    for i, name in enumerate(costs.op_names):
+        planned = host.get(name)
+        if planned in index:
+            out[index[planned]] += seconds[i]
+    return out
+
+
+def op_stages(analysis: Analysis, fractions: Sequence[float], weights: np.ndarray | None = None) -> np.ndarray:
+    """The stage of each planned op (planning order) for stages taking `fractions` of the work.
+
+    The forward pass (the loss's ancestors) is cut in topological order where its cumulative
+    weight (`weights` per planned op; default the analysis's) crosses each stage's end; an input
+    of the forward pass (a variable, a placeholder) joins its first consumer's stage. Every other
+    op (gradients, updates) goes with the latest stage of the forward values it reads -- a weight's
+    gradient with its layer -- or, reading none, with the earliest stage of its inputs (the
+    backward pass flows towards stage 0). Ops TF must colocate share the earliest of their stages."""
+    from tag_tf.analysis.grouping import UnionFind, colocation_pairs
+    from tag_tf.ir import TensorRef
+
+    count = len(fractions)
+    if not count or any(not f > 0 for f in fractions):
+        raise StrategyError(f"stage fractions must be positive, got {list(fractions)}")
+    planning = analysis.planning
+    n = len(planning.ops)
+    index = {name: i for i, name in enumerate(planning.ops)}
+    preds: list[list[int]] = [[] for _ in range(n)]
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for a, b in np.asarray(planning.edges, dtype=np.int64).reshape(-1, 2):
+        preds[int(b)].append(int(a))
+        succs[int(a)].append(int(b))
+    loss = analysis.graph.meta.loss
+    if not loss:
+        raise StrategyError("pipeline stages need the training loss (the forward pass's end)")
+    forward = np.zeros(n, dtype=bool)
+    stack = [index[planning.host[TensorRef.parse(loss).op]]]
+    while stack:
+        i = stack.pop()
+        if not forward[i]:
+            forward[i] = True
+            stack.extend(preds[i])
+    computing = [i for i in range(n) if forward[i] and any(forward[p] for p in preds[i])]
+    if len(computing) < count:
+        raise StrategyError(f"{count} stages but the forward pass has only {len(computing)} ops to cut")
+    w = np.asarray(analysis.weights if weights is None else weights, dtype=float)[computing]
+    w = np.maximum(w, 1e-12)
+    middle = (np.cumsum(w) - 0.5 * w) / w.sum()
+    ends = np.cumsum(np.asarray(fractions, dtype=float))[:-1] / float(sum(fractions))
+    cuts = [0]
+    for s, end in enumerate(ends, start=1):          # every stage gets a forward op
+        cut = int(np.searchsorted(middle, end, side="right"))
+        cuts.append(min(max(cut, cuts[-1] + 1), len(computing) - (count - s)))
+    cuts.append(len(computing))
+    stage = np.full(n, -1, dtype=np.int64)
+    for s in range(count):
+        stage[computing[cuts[s]:cuts[s + 1]]] = s
+    for i in reversed(range(n)):                     # forward inputs: their first consumer's stage
+        if forward[i] and stage[i] < 0:
+            later = [stage[c] for c in succs[i] if forward[c] and stage[c] >= 0]
+            stage[i] = min(later) if later else 0
+    for i in range(n):                               # the rest, in topological order
+        if stage[i] >= 0:
+            continue
+        fwd = [stage[p] for p in preds[i] if forward[p]]
+        known = [stage[p] for p in preds[i] if stage[p] >= 0]
+        stage[i] = max(fwd) if fwd else (min(known) if known else -1)
+    for i in reversed(range(n)):                     # no inputs at all: with their consumers
+        if stage[i] < 0:
+            later = [stage[c] for c in succs[i] if stage[c] >= 0]
+            stage[i] = min(later) if later else 0
+    sets = UnionFind(n)
+    host = planning.host
+    for a, b in colocation_pairs(analysis.graph_b1, list(host)):
+        sets.union(index[host[a]], index[host[b]])
+    first: dict[int, int] = {}
+    for i in range(n):
+        root = sets.find(i)
+        first[root] = min(first.get(root, count), int(stage[i]))
+    return np.array([first[sets.find(i)] for i in range(n)], dtype=np.int64)
+
+
+def pipeline_plan(analysis: Analysis, stages: Sequence[Sequence[int]], microbatches: int, *,
+                  option: Option = Option.ALLREDUCE, fractions: Sequence[float] | None = None,
+                  shares: Sequence[float] | None = None, weights: np.ndarray | None = None, name: str = "pipeline",
+                  **kw: object) -> Strategy:
+    """A pipelined plan: the planned ops cut into stages (`op_stages`, `weights` per planned op),
+    stage s on devices `stages[s]` (data-parallel over them by `option` and `shares` when
+    several), the batch in `microbatches` micro-batches. Its op groups are the stages."""
+    if not stages or any(not s for s in stages):
+        raise StrategyError("every pipeline stage needs at least one device")
+    stage = op_stages(analysis, fractions or [1.0] * len(stages), weights)
+    used = sorted(set(stage.tolist()))               # a stage colocation emptied is left out
+    renumber = {s: k for k, s in enumerate(used)}
+    groups = tuple(GroupPlan(tuple(stages[s]), option) for s in used)
+    return Strategy(groups, None if shares is None else tuple(shares), name=name, microbatches=microbatches,
+                    op_groups=tuple(renumber[int(s)] for s in stage), **kw)  # type: ignore[arg-type]
+
+
+def stage_blocks(topology: Topology, caps: Sequence[float]) -> list[list[tuple[int, ...]]]:
+    """Candidate stage device sets: the machines (one machine: its devices) in the topology's
+    order and fastest first, cut into S = 2..MAX_STAGES consecutive blocks of about equal capacity."""
+    units = [tuple(g.devices) for g in topology.groups]
+    if len(units) < 2:
+        units = [(d,) for d in range(topology.num_devices)]
+    fastest = sorted(units, key=lambda u: -sum(caps[d] for d in u))
+    out: list[list[tuple[int, ...]]] = []
+    for order in (units, fastest):
+        weight = np.array([sum(caps[d] for d in u) for u in order], dtype=float)
+        middle = (np.cumsum(weight) - 0.5 * weight) / weight.sum()
+        for count in range(2, min(MAX_STAGES, len(order)) + 1):
+            cuts = [0]
+            for s in range(1, count):
+                cut = int(np.searchsorted(middle, s / count, side="right"))
+                cuts.append(min(max(cut, cuts[-1] + 1), len(order) - (count - s)))
+            cuts.append(len(order))
+            blocks = [tuple(d for u in order[cuts[s]:cuts[s + 1]] for d in u) for s in range(count)]
+            if blocks not in out:
+                out.append(blocks)
+    return out
+
+
+def pipeline_search(cost: Evaluator, analysis: Analysis, topology: Topology, best_plan: Strategy | None,
+                    best_time: float, deadline: Deadline, *, stages: bool = True,
+                    fusion_bytes: int = HOROVOD_FUSION_BYTES) -> tuple[Strategy | None, float]:
+    """The best of `best_plan` and the pipelined plans described in the module docstring (None:
+    the best pipeline over the machines alone; None back when none runs). `stages` False: only
+    `best_plan` in micro-batches."""
+    caps = device_capacities(topology)
+    weights = planned_op_weights(cost.sim, topology.devices[int(np.argmax(caps))].type)
+    candidates: list[tuple[Strategy, list[tuple[int, ...]] | None, list[float] | None]] = []
+    if best_plan is not None and not best_plan.sfb and best_plan.microbatches == 1:
+        candidates += [(dataclasses.replace(best_plan, microbatches=m), None, None) for m in MICROBATCHES]
+    for stage_devices in stage_blocks(topology, caps) if stages else ():
+        capacity = [sum(caps[d] for d in b) for b in stage_devices]
+        for m in MICROBATCHES:
+            if m * max(len(b) for b in stage_devices) > analysis.batch_size:
+                continue
+            plan = pipeline_plan(analysis, stage_devices, m, fractions=capacity, shares=caps, weights=weights,
+                                 fusion_bytes=fusion_bytes)
+            candidates.append((plan, stage_devices, capacity))
+    start_time, tried = best_time, 0
+    found: tuple[list[tuple[int, ...]], list[float], int] | None = None
+    try:
+        for plan, where, share in candidates:
+            deadline.check()
+            tried += 1
+            t = cost(plan)
+            if t < best_time:
+                best_plan, best_time = plan, t
+                found = None if where is None else (where, list(share or []), plan.microbatches)
+        for _ in range(CUT_ROUNDS if found else 0):      # move the stage cuts of the best pipeline
+            assert found is not None
+            blocks, fractions, micro = found
+            moved = False
+            for s in range(len(blocks)):
+                for step in CUT_STEPS:
+                    deadline.check()
+                    trial = list(fractions)
+                    trial[s] *= step
+                    plan = pipeline_plan(analysis, blocks, micro, fractions=trial, shares=caps, weights=weights,
+                                         fusion_bytes=fusion_bytes)
+                    if best_plan is not None and plan.groups == best_plan.groups and plan.op_groups == best_plan.op_groups:
+                        continue
+                    tried += 1
+                    t = cost(plan)
+                    if t < best_time:
+                        best_plan, best_time, fractions, moved = plan, t, trial, True
+            found = (blocks, fractions, micro)
+            if not moved:
+                break
+    except OutOfTime:
+        pass
+    if best_plan is not None and best_time < start_time:
+        log.info("tag_tf: pipelining: %d micro-batches beat the plan without (%.3g -> %.3g ms simulated, %d tried)",
+                 best_plan.microbatches, start_time * 1e3, best_time * 1e3, tried)
+    return best_plan, best_time
+
+
+def best_pipeline(sim: Simulator, topology: Topology, budget_s: float) -> Strategy:
+    """The "pipeline" baseline: the best pipeline over the machines `pipeline_search` finds in
+    `budget_s` (StrategyError when none runs: a batch smaller than two micro-batches per device)."""
+    plan, _ = pipeline_search(Evaluator(sim), sim.analysis, topology, None, float("inf"), Deadline.after(budget_s))
+    if plan is None:
+        raise StrategyError(f"no pipelined plan runs on {topology.name!r} at batch {sim.analysis.batch_size} "
+                            f"(stages over {topology.num_machines} machine(s), at least 2 micro-batches)")
+    return plan
+
+
+__all__ = ["MICROBATCHES", "PIPELINE", "PIPELINE_MAX_S", "PIPELINE_SHARE", "best_pipeline", "op_stages", "pipeline_plan", "pipeline_search", "planned_op_weights", "stage_blocks"]

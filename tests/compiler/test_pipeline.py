@@ -1,0 +1,222 @@
+"""Pipelined plans (Strategy.microbatches): stages of consecutive op groups on their own devices, the
+batch in micro-batches, gradients summed per device and synchronised once. Each compiles to one TF
+graph that computes what the original computes (judged against the noise floor), and its structure
+lets micro-batch m + 1 of a stage start before the stages after it have finished micro-batch m."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import analysis_of, batches, flat_costs
+
+from tag_tf.compiler import DeviceMap, compile_strategy
+from tag_tf.context import PassContext
+from tag_tf.errors import StrategyError
+from tag_tf.placement.layout import ColocationSets
+from tag_tf.runtime.equivalence import check_equivalence, noise_floor, run_original
+from tag_tf.search.stages import op_stages, pipeline_plan, planned_op_weights
+from tag_tf.strategy import Option, SfbCut, Strategy
+
+STEPS = 3
+
+
+def verify(name: str, strategy: Strategy, devices: int, *, target: str = "", config=None, dm=None, **kw):
+    model, a = analysis_of(name, **kw)
+    feeds = batches(model, STEPS)
+    original = run_original(a, feeds, STEPS)
+    floor = noise_floor(a, original, feeds)
+    compiled = compile_strategy(PassContext(), a, strategy, dm or DeviceMap.local_cpus(devices), check=True)
+    result = check_equivalence(a, compiled, feeds, STEPS, original=original, floor=floor, target=target,
+                               config=config)
+    assert result.ok, (result.max_rel_diff, result.tolerance, sorted(result.per_variable.items(),
+                                                                      key=lambda kv: -kv[1])[:3])
+    np.testing.assert_allclose(result.losses_compiled, result.losses_original, rtol=1e-4)
+    return a, compiled
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer", "bert-small"])
+def test_two_stages_four_microbatches_train_equivalently(name):
+    _, a = analysis_of(name)
+    plan = pipeline_plan(a, [(0,), (1,)], 4)
+    a, compiled = verify(name, plan, 2)
+    # Each variable has one copy per stage device and is updated once per step: micro-batches
+    # sum their gradients on the device first.
+    assert all(len(copies) == 1 for copies in compiled.variables.values())
+    assert compiled.stats["accumulate"] > 0
+    devices = {n.device for n in compiled.graph_def.node if n.name.startswith("tag_r3/")}
+    assert len(devices) == 2          # micro-batch 3 runs on both stages
+
+
+def test_data_parallel_stage_with_uneven_shares_beside_a_single_device_stage():
+    """Stage 0 data-parallel over devices 0 and 1 (shares 2:1), stage 1 on device 2, 4 micro-batches:
+    each micro-batch's pieces are regrouped on their own (no gather of the whole batch), stage 0's
+    gradients are summed per device and all-reduced once."""
+    _, a = analysis_of("cnn")
+    plan = pipeline_plan(a, [(0, 1), (2,)], 4, shares=(2.0, 1.0, 1.0))
+    _, compiled = verify("cnn", plan, 3)
+    assert compiled.stats["allreduce"] > 0 and compiled.stats["concat"] == 0
+    concat = [n.name for n in compiled.graph_def.node if n.op == "ConcatV2" and "/m" in n.name]
+    assert concat                     # per micro-batch regrouping
+    counts = {lay.counts for lay in compiled.placement.layouts.values() if lay.micro == 4 and lay.size == 8}
+    assert counts and all(sum(c[:2]) == sum(c[2:4]) == sum(c[4:6]) == sum(c[6:]) for c in counts)
+
+
+@pytest.mark.parametrize("option", [Option.PS, Option.MODEL_PARALLEL])
+def test_other_options_pipelined(option):
+    _, a = analysis_of("mlp")
+    verify("mlp", pipeline_plan(a, [(0, 1), (2,)], 4, option=option), 3)
+
+
+def test_dynamic_batch_three_stages():
+    _, a = analysis_of("mlp", dynamic_batch=True)
+    verify("mlp", pipeline_plan(a, [(0,), (1,), (2,)], 4), 3, dynamic_batch=True)
+
+
+def test_microbatch_m_plus_1_does_not_wait_for_later_stages():
+    """The schedule is the dataflow's: in the compiled graph, stage 0's forward ops of micro-batch 1
+    depend on nothing that runs on stage 1's device, and stage 1's micro-batch m reads stage 0's
+    micro-batch m directly (no op joining all micro-batches in between)."""
+    model, a = analysis_of("mlp")
+    compiled = compile_strategy(PassContext(), a, pipeline_plan(a, [(0,), (1,)], 4), DeviceMap.local_cpus(2))
+    nodes = {n.name: n for n in compiled.graph_def.node}
+    dev1 = DeviceMap.local_cpus(2)[1]
+
+    def ancestors(name):
+        seen, stack = set(), [name]
+        while stack:
+            n = stack.pop()
+            if n not in seen:
+                seen.add(n)
+                stack.extend(i.lstrip("^").split(":")[0] for i in nodes[n].input)
+        return seen
+    dev0 = DeviceMap.local_cpus(2)[0]
+    loss_cone = a.graph.ancestors([a.graph.meta.loss.split(":")[0]])       # the forward pass
+    forward = [n for n, node in nodes.items() if n.startswith("tag_r1/") and node.device == dev0
+               and n[len("tag_r1/"):] in loss_cone]
+    assert len(forward) >= 3
+    for name in forward:
+        assert not [n for n in ancestors(name) if nodes[n].device == dev1], name
+    # Every stage-1 instance of micro-batch m reads micro-batch m's values, no other micro-batch's.
+    for name, node in nodes.items():
+        m = name.split("/")[0]
+        if node.device == dev1 and m.startswith("tag_r"):
+            others = [i for i in node.input if i.lstrip("^").startswith("tag_r") and
+                      i.lstrip("^").split("/")[0] != m]
+            assert not others, (name, others)
+    assert compiled.stats["concat"] == 0
+
+
+def test_two_server_processes_one_stage_each():
+    """Stage 0 on task 0, stage 1 on task 1: micro-batches cross the process boundary."""
+    from tag_tf.runtime.cluster import cpu_topology, local_cluster
+
+    _, a = analysis_of("mlp")
+    devices = DeviceMap.for_topology(cpu_topology(2, 1))
+    plan = pipeline_plan(a, [(0,), (1,)], 4)
+    with local_cluster(2, 1, timeout_ms=20_000) as (spec, _):
+        _, compiled = verify("mlp", plan, 2, target=spec.target, config=spec.session_config(), dm=devices)
+    assert {n.device.split("/device")[0] for n in compiled.graph_def.node if n.name.startswith("tag_r2/")} == \
+        {"/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1"}
+
+
+def test_strategy_files_and_refusals():
+    _, a = analysis_of("mlp")
+    plan = pipeline_plan(a, [(0,), (1,)], 4)
+    d = plan.to_dict()
+    assert d["microbatches"] == 4 and Strategy.from_dict(json.loads(json.dumps(d))) == plan
+    plain = Strategy.uniform(len(a.grouping.groups), (0, 1), Option.ALLREDUCE)
+    assert "microbatches" not in plain.to_dict()            # older files and fingerprints unchanged
+    assert Strategy.from_dict(plain.to_dict()).microbatches == 1
+    for bad in (0, -1, 2.5, True, "4"):
+        with pytest.raises(StrategyError, match="microbatches"):
+            Strategy.from_dict({**d, "microbatches": bad})
+    with pytest.raises(StrategyError, match="sfb"):
+        Strategy.from_dict({**d, "sfb": [SfbCut("g:0", ("op",)).to_dict()]}).validate(len(plan.groups), 2)
+    with pytest.raises(StrategyError, match="too small for 64 micro-batches"):
+        compile_strategy(PassContext(), a, pipeline_plan(a, [(0,), (1,)], 64), DeviceMap.local_cpus(2))
+    with pytest.raises(StrategyError, match="stages but the forward pass has only"):
+        pipeline_plan(a, [(0,)] * (len(a.planning.ops) + 1), 2)
+
+
+def test_stage_cuts_follow_fractions_and_keep_layers_whole():
+    """The forward pass is cut in order; a stage with a larger fraction takes more of it; each
+    variable, its gradient's producer and its update share a stage."""
+    _, a = analysis_of("transformer")
+    ops = a.planning.ops
+    index = {name: i for i, name in enumerate(ops)}
+    loss_cone = {a.planning.host[o] for o in a.graph.ancestors([a.graph.meta.loss.split(":")[0]])
+                 if o in a.planning.host}
+    forward = [index[o] for o in ops if o in loss_cone]
+    coloc = ColocationSets(a)       # a variable's reads may join its earliest stage
+    for fractions in ([1, 1], [1, 1, 1], [3, 1], [1, 3]):
+        stage = op_stages(a, fractions)
+        assert set(stage.tolist()) == set(range(len(fractions)))
+        fwd = [int(stage[i]) for i in forward if a.graph.op(ops[i]).inputs and not coloc.with_variable(ops[i])]
+        assert fwd == sorted(fwd)
+    first = lambda fr: int((op_stages(a, fr)[forward] == 0).sum())
+    assert first([3, 1]) > first([1, 1]) > first([1, 3])
+    stage = op_stages(a, [1, 1, 1])
+    for name, var in a.graph.variables.items():
+        if not var.trainable or name not in index:
+            continue
+        updates = [o for o in ops if a.graph.op(o).type.startswith(("ResourceApply", "Apply"))
+                   and any(r.op == name for r in a.graph.op(o).inputs)]
+        for u in updates:
+            assert stage[index[u]] == stage[index[name]], (name, u)
+
+
+PLANS = [([(0,), (1,)], 4, Option.ALLREDUCE, None), ([(0, 1), (2,), (3,)], 4, Option.ALLREDUCE, None),
+         ([(0, 1), (2, 3)], 2, Option.PS, None), ([(0, 1), (2,)], 4, Option.ALLREDUCE, 2**20),
+         ([(0,), (1,), (2,), (3,)], 8, Option.MODEL_PARALLEL, None), ([(0, 1), (2, 3)], 4, Option.PS, 2**20)]
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer", "bert-small"])
+def test_the_simulator_inserts_what_the_compiler_does(name):
+    """kernels/expand.h mirrors the compiler for pipelined plans too: the same regrouping splits,
+    per-device micro-batch sums, all-reduces (fused or not), sums on servers and zeros."""
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.load import load_topology
+
+    _, a = analysis_of(name)
+    sim = Simulator(a, load_topology("local:4"))
+    keys = ("split", "concat", "addn", "allreduce", "allreduce_tensors", "zeros", "accumulate")
+    for stages, micro, option, fusion in PLANS:
+        plan = pipeline_plan(a, stages, micro, option=option, shares=(2.0, 1.0, 1.0, 1.0), fusion_bytes=fusion)
+        report = sim.simulate(plan)
+        compiled = compile_strategy(PassContext(), a, plan, DeviceMap.local_cpus(4))
+        assert {k: report.conversions[k] for k in keys} == {k: compiled.stats[k] for k in keys}, (stages, micro)
+        assert report.conversions["accumulate"] > 0
+
+
+def test_simulated_micro_batches_fill_the_pipeline():
+    """With every op's time proportional to its samples (no fixed costs), four stages on four GPUs
+    run the batch in sequence without micro-batches; with 8 micro-batches the stages overlap and
+    only the fill and drain remain idle."""
+    from tag_tf.sim.prepare import device_types
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.load import load_topology
+
+    _, a = analysis_of("transformer")
+    topo = load_topology({"name": "t", "machines": [{"name": "m", "gpus": "4x V100-32GB", "intra": "nvlink"}]})
+    sim = Simulator(a, topo, costs=flat_costs(a, device_types(topo), per_sample=1e-4))
+    one = sim.simulate(Strategy.uniform(sim.num_groups, (0,), Option.ALLREDUCE)).iteration_time_s
+    weights = planned_op_weights(sim, "V100-32GB")        # cut where the simulated work is balanced
+    times = [sim.simulate(pipeline_plan(a, [(0,), (1,), (2,), (3,)], m, weights=weights)).iteration_time_s / one
+             for m in (1, 2, 4, 8)]
+    assert times == sorted(times, reverse=True) and times[-1] < 0.8 * times[0] and times[-1] < 0.55, times
+
+
+def test_sfb_leaves_a_pipelined_plan_as_it_is():
+    """`pipeline+sfb` (or SFB after a search that kept micro-batches): SFB is not micro-batched,
+    so the plan comes back unchanged, with its simulated time."""
+    from tag_tf.search.sfb import apply_sfb
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.load import load_topology
+
+    _, a = analysis_of("mlp")
+    sim = Simulator(a, load_topology("local:2"))
+    plan = pipeline_plan(a, [(0,), (1,)], 4)
+    outcome = apply_sfb(sim, plan)
+    assert outcome.strategy == plan and outcome.kept == 0
+    assert outcome.before_s == outcome.after_s == sim.simulate(plan).iteration_time_s

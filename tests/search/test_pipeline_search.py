@@ -1,0 +1,59 @@
+"""The search's pipelining phase (search/stages.py): where gradients are expensive to synchronise
+and activations cheap to pass on, stages with micro-batches beat both one device and data
+parallelism, and the search finds them; where they do not pay, it keeps what it had."""
+from __future__ import annotations
+
+import math
+
+from conftest import analysis_of, flat_costs
+
+from tag_tf.search.baselines import device_capacities
+from tag_tf.search.mcts import MctsOptions, mcts_search
+from tag_tf.search.moves import Deadline, Evaluator
+from tag_tf.search.registry import baseline
+from tag_tf.search.stages import pipeline_search, stage_blocks
+from tag_tf.sim.prepare import device_types
+from tag_tf.sim.simulator import Simulator
+from tag_tf.strategy import Option, Strategy
+from tag_tf.topology.load import load_topology
+
+
+def slow_link_sim(switch="1Gbps", machines=4):
+    """Six 2048-wide dense layers (100 MB of gradients, 8 KB of activations per sample) on four
+    one-GPU machines, every op 2 ms per sample."""
+    _, a = analysis_of("mlp", hidden=(2048,) * 6)
+    topo = load_topology({"name": "slow", "machines": [{"name": f"m{i}", "gpus": "V100-32GB"} for i in range(machines)],
+                          "inter": {"switch": switch}})
+    return a, topo, Simulator(a, topo, costs=flat_costs(a, device_types(topo), per_sample=2e-3))
+
+
+def test_stage_blocks_cut_machines_by_capacity():
+    topo = load_topology("testbed")
+    blocks = stage_blocks(topo, device_capacities(topo))
+    assert blocks and all(2 <= len(b) <= 8 for b in blocks)
+    for b in blocks:         # every device once, whole machines together
+        assert sorted(d for s in b for d in s) == list(range(topo.num_devices))
+        machines = [{topo.devices[d].machine for d in s} for s in b]
+        assert all(not (x & y) for i, x in enumerate(machines) for y in machines[i + 1:])
+
+
+def test_pipelining_beats_one_device_and_data_parallelism_behind_a_slow_link():
+    a, topo, sim = slow_link_sim()
+    cost = Evaluator(sim)
+    one = Strategy.uniform(sim.num_groups, (0,), Option.ALLREDUCE)
+    t_one, t_dp = cost(one), cost(baseline("horovod", sim.num_groups, topo))
+    plan, t = pipeline_search(cost, a, topo, one, t_one, Deadline.after(60))
+    assert plan.microbatches > 1 and len({d for g in plan.groups for d in g.devices}) >= 2
+    assert t < 0.5 * t_one and t < 0.95 * t_dp, (t, t_one, t_dp)
+
+
+def test_mcts_keeps_a_pipeline_only_where_it_wins():
+    a, topo, sim = slow_link_sim()
+    with_pipes = mcts_search(sim, topo, MctsOptions(budget_s=4, seed=0))
+    without = mcts_search(sim, topo, MctsOptions(budget_s=4, seed=0, pipeline=False))
+    assert with_pipes.strategy.microbatches > 1 and without.strategy.microbatches == 1
+    assert with_pipes.iteration_time_s < 0.95 * without.iteration_time_s
+    # A fast network: data parallelism wins and no pipeline is kept.
+    a, topo, sim = slow_link_sim(switch="10Gbps")
+    fast = mcts_search(sim, topo, MctsOptions(budget_s=4, seed=0))
+    assert math.isfinite(fast.iteration_time_s) and fast.strategy.microbatches == 1
