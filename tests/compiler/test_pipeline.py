@@ -107,15 +107,16 @@ def test_microbatch_m_plus_1_does_not_wait_for_later_stages():
     assert compiled.stats["concat"] == 0
 
 
-def test_two_server_processes_one_stage_each():
+@pytest.mark.parametrize("name", ["mlp", "transformer", "bert-small"])
+def test_two_server_processes_one_stage_each(name):
     """Stage 0 on task 0, stage 1 on task 1: micro-batches cross the process boundary."""
     from tag_tf.runtime.cluster import cpu_topology, local_cluster
 
-    _, a = analysis_of("mlp")
+    _, a = analysis_of(name)
     devices = DeviceMap.for_topology(cpu_topology(2, 1))
     plan = pipeline_plan(a, [(0,), (1,)], 4)
-    with local_cluster(2, 1, timeout_ms=20_000) as (spec, _):
-        _, compiled = verify("mlp", plan, 2, target=spec.target, config=spec.session_config(), dm=devices)
+    with local_cluster(2, 1, timeout_ms=60_000) as (spec, _):
+        _, compiled = verify(name, plan, 2, target=spec.target, config=spec.session_config(), dm=devices)
     assert {n.device.split("/device")[0] for n in compiled.graph_def.node if n.name.startswith("tag_r2/")} == \
         {"/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1"}
 

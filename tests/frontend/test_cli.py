@@ -70,8 +70,8 @@ def test_plan_then_simulate_the_plan(capsys, tmp_path):
     assert code == 0 and sim["iteration_time_s"] == pytest.approx(out["iteration_time_s"])
     for key in ("baselines_s", "best_baseline", "speedup_over_best_baseline", "lower_bound_s"):
         assert key in out
-    assert set(out["baselines_s"]) == {"dp", "dp-p", "horovod", "horovod-p", "heterog", "best-subset", "dp+sfb",
-                                       "dp-p+sfb", "horovod+sfb", "horovod-p+sfb"}
+    assert set(out["baselines_s"]) == {"dp", "dp-p", "horovod", "horovod-p", "heterog", "best-subset", "pipeline",
+                                       "dp+sfb", "dp-p+sfb", "horovod+sfb", "horovod-p+sfb"}
     assert out["speedup_vs_best_subset"] >= 1.0 - 1e-9
     assert out["iteration_time_s"] <= min(out["baselines_s"].values()) and sim["lower_bound_s"] > 0
 
