@@ -210,8 +210,8 @@ class Expander {
     if (s.fusion_bytes > 0) plan_sums(s.fusion_bytes);
     emit_data_edges();
     emit_control_edges();
-    if (s.microbatches > 1) gate_microbatches();
     emit_collectives(s.fusion_bytes, s.sync_after_backward);
+    if (s.microbatches > 1) gate_microbatches();     // last: it checks every edge for a cycle
     finish();
     return "";
   }
@@ -1290,7 +1290,10 @@ class Expander {
       for (int32_t m = 1; m < L.micro; ++m)
         for (int32_t i = 0; i < k; ++i)
           for (int32_t x : exits)
-            for (int32_t en : entries) edge(instance(x, (m - 1) * k + i), instance(en, m * k + i), false);
+            for (int32_t en : entries) {
+              edge(instance(x, (m - 1) * k + i), instance(en, m * k + i), false);
+              preds[instance(en, m * k + i)].push_back(instance(x, (m - 1) * k + i));   // later checks see it
+            }
     }
   }
 

@@ -61,8 +61,10 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
         nodes = {n.name: n for n in self.f.nodes}
         for name in self.graph.order:       # control edges, once every instance exists
             self._wire_control(name, nodes)
-        self._gate_microbatches(nodes)
         self._emit_collectives()
+        # Last: whether a gate would close a cycle depends on every edge (an all-reduce can join
+        # the micro-batches, e.g. a loss divided by the batch's token count).
+        self._gate_microbatches({n.name: n for n in self.f.nodes})
 
     def _gate_microbatches(self, nodes: dict[str, Any]) -> None:
         """The pipeline schedule (GPipe's forward): on each device, a stage's forward pass of
@@ -98,6 +100,7 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
                     j, prev = m * k + i, (m - 1) * k + i
                     gate = self.f.no_op(f"tag/gate/m{m}/{lay.devices[j]}", [self.instances[o][prev] for o in exits],
                                         self.devices[lay.devices[j]])
+                    nodes[gate] = self.f.nodes[-1]          # later stages' checks see this stage's gates
                     for o in entries:
                         nodes[self.instances[o][j]].input.append(f"^{gate}")
 

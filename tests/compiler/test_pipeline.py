@@ -221,3 +221,19 @@ def test_sfb_leaves_a_pipelined_plan_as_it_is():
     outcome = apply_sfb(sim, plan)
     assert outcome.strategy == plan and outcome.kept == 0
     assert outcome.before_s == outcome.after_s == sim.simulate(plan).iteration_time_s
+
+
+def test_a_loss_normalised_over_the_batch_leaves_its_stage_ungated_not_cyclic():
+    """The transformer divides its summed loss by the batch's token count: on a data-parallel last
+    stage that count is all-reduced over every micro-batch, so micro-batch 0's loss waits for all of
+    them. Gating that stage would close a cycle; the compiler and the simulator see the all-reduce
+    (they gate after emitting collectives) and leave it ungated."""
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.load import load_topology
+
+    _, a = analysis_of("transformer")
+    plan = pipeline_plan(a, [(0,), (1, 2)], 4)
+    _, compiled = verify("transformer", plan, 3)          # check=True: the compiled graph is a DAG
+    assert any(n.name.startswith("tag/gate/") for n in compiled.graph_def.node)     # stage 0 is gated
+    report = Simulator(a, load_topology("local:3")).simulate(plan)
+    assert report.iteration_time_s > 0 and not report.oom
