@@ -44,14 +44,11 @@ class CollectivesMixin(BuilderBase):
     def _add_n(self, ref: TensorRef, device: int) -> str:
         """ref's replicas summed on `device`. With fusion, the training step's sums are deferred
         like all-reduces: they are packed per (replicas, device) into buckets by `_emit_collectives`."""
-        play = self.placement.of(ref.op)
-        if play.micro > 1 and play.distinct == (device,):
-            return self._device_sum(ref, device)      # a stage alone on this device: its micro-batches' sum
         if self.fusion_bytes and self._emitting_training and not self._recompute_depth and not self._collectives_done:
             name = self.f.unique(f"tag/sum/{ref.op}")
             self._pending_sums.append((("addn", ref, device), [name]))
             return name + ":0"
-        pieces = [self._device_sum(ref, d) for d in play.distinct]
+        pieces = [self._device_sum(ref, d) for d in self.placement.of(ref.op).distinct]
         return self.f.add_n(f"tag/sum/{ref.op}", pieces, self._dtype(ref), self.devices[device]) + ":0"
 
     def _summed_for(self, key: tuple, ref: TensorRef, device: int) -> str:
