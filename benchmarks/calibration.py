@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.report import measured_when, stamp  # noqa: E402
+from benchmarks.markdown import measured_when, stamp  # noqa: E402
 from tag_tf.frontend.commands.calibrate import CaseBuilder, calibrate  # noqa: E402
 from tag_tf.search.local_search import local_search  # noqa: E402
 from tag_tf.search.registry import baseline  # noqa: E402

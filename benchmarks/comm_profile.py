@@ -86,7 +86,7 @@ def _ms(seconds: float) -> str:
 
 def render(data: dict) -> str:
     """RESULTS.md's communication section (everything after its heading) from comm_local.json alone."""
-    from benchmarks.report import measured_when
+    from benchmarks.markdown import measured_when
 
     series = data["series"]
     used = {json.dumps(f, sort_keys=True) for group in ("p2p", "allreduce")
@@ -159,7 +159,7 @@ def main() -> int:
     topo = local(args.devices)
     model = CommModel.from_measurements(topo, p2p=p2p, allreduce={args.devices: ar})
     sys.path.insert(0, os.path.dirname(HERE))
-    from benchmarks.report import stamp
+    from benchmarks.markdown import stamp
 
     doc = stamp({
         "benchmark": "comm_profile",

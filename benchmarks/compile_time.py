@@ -17,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.report import measured_when, stamp  # noqa: E402
+from benchmarks.markdown import measured_when, stamp  # noqa: E402
 from tag_tf.analysis import analyze  # noqa: E402
 from tag_tf.compiler import DeviceMap, compile_strategy  # noqa: E402
 from tag_tf.context import PassContext  # noqa: E402

@@ -221,7 +221,7 @@ def _pct(x: float, signed: bool = False) -> str:
 
 def render(data: dict) -> str:
     """RESULTS.md's cost-model section (everything after its heading) from costmodel.json alone."""
-    from benchmarks.report import measured_when
+    from benchmarks.markdown import measured_when
 
     prof, cal = data["profiles"], data["calibration"]
     models = prof["models"]
@@ -415,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         "timings": timings,
         "constants": [cpu_consts.to_dict(), DEFAULT_GPU_CONSTANTS.to_dict()],
     }
-    from benchmarks.report import stamp
+    from benchmarks.markdown import stamp
 
     report = stamp(report)     # the date and code, which the RESULTS.md section states (render)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

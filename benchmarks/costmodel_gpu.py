@@ -488,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-steps", action="store_true", help="skip the whole-step simulations of the paper models")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "costmodel_gpu.json"))
     args = ap.parse_args(argv)
-    from benchmarks.report import stamp
+    from benchmarks.markdown import stamp
     from tag_tf.profile import kernels
 
     t0 = time.perf_counter()
@@ -526,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def render(data: dict) -> str:
     """RESULTS.md's section (benchmarks/report.py)."""
-    from benchmarks.report import measured_when
+    from benchmarks.markdown import measured_when
 
     lines = [f"Measured on a real {data['measured_on']} ({data['measurements']}, {data['measured_date']}, PyTorch on "
              f"cuBLAS/cuDNN); predictions {measured_when(data)}. Forward+backward time of each op "

@@ -135,7 +135,7 @@ def summarize(rows: list[dict]) -> dict:
 
 def render(data: dict) -> str:
     """RESULTS.md's section (benchmarks/report.py)."""
-    from benchmarks.report import measured_when
+    from benchmarks.markdown import measured_when
 
     lines = [f"SIMULATED; every search on this machine's CPU, {measured_when(data)}, {data['seconds']:.0f} s in all. "
              "Both priors plan as `auto` does (tree, polish, HeteroG's space) with the same budget and seed; the wall "
@@ -165,7 +165,7 @@ def render(data: dict) -> str:
 
 
 def main() -> None:
-    from benchmarks.report import stamp
+    from benchmarks.markdown import stamp
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--budgets", default="5,15,60", help="seconds per planner run, comma-separated")

@@ -148,7 +148,7 @@ def describe_run(d) -> dict:
     topology, with the profile database's op times, and the client's feed and drive where tasks
     drive themselves: `client_ms` of it), planning time."""
     from tag_tf.context import default_cache_dir
-    from tag_tf.frontend.distribute import drive_cost
+    from tag_tf.frontend.compiling import drive_cost
     from tag_tf.frontend.planning import client_for, simulator, stored_costs_for
 
     program = d.programs[0]

@@ -21,7 +21,7 @@ import tensorflow as tf  # noqa: E402
 from tag_tf.models import PAPER_TABLE, build_model, describe, model_spec  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.report import measured_when, stamp  # noqa: E402
+from benchmarks.markdown import measured_when, stamp  # noqa: E402
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "models.json")
 

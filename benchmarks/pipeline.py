@@ -138,7 +138,7 @@ def main() -> None:
                 rows[f"{preset}/{model}"] = row = run_row(model, preset, args.budget)
                 print(f"{preset}/{model}: without {row['without']['ms']:.1f} ms, with {row['with']['ms']:.1f} ms "
                       f"({row['speedup']:.2f}x, M={row['with']['microbatches']})", flush=True)
-        from benchmarks.report import stamp
+        from benchmarks.markdown import stamp
 
         data = stamp({"machine": platform.machine(), "budget_s": args.budget, "simulated": True, "rows": rows})
         data["verdicts"] = verdicts(rows)

@@ -20,24 +20,6 @@ RESULTS = os.path.join(HERE, "results")
 MARKDOWN = os.path.join(HERE, "RESULTS.md")
 
 
-def stamp(doc: dict) -> dict:
-    """`doc` with the date and the code (short commit) of this run: every section says when and on
-    which code it was measured (`measured_when`)."""
-    import subprocess
-    import time
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=HERE).stdout.strip()
-    return {**doc, "date": time.strftime("%Y-%m-%d"), "commit": commit or "unknown"}
-
-
-def measured_when(data: dict) -> str:
-    """"measured 2026-11-27 on code abc1234", or what an older JSON without the stamp does not say."""
-    if data.get("date") and data.get("commit"):
-        return f"measured {data['date']} on code {data['commit']}"
-    return "date and code not recorded (an older run, before runs recorded them)"
-
-
 @dataclasses.dataclass(frozen=True)
 class Section:
     """A generated section: its name (`<!-- name:begin -->` ... `<!-- name:end -->`), the results
@@ -134,4 +116,4 @@ def report(markdown: str = MARKDOWN, results_dir: str = RESULTS, check: bool = F
     return differ
 
 
-__all__ = ["SECTIONS", "Section", "measured_when", "report", "stamp"]
+__all__ = ["SECTIONS", "Section", "report"]

@@ -36,8 +36,11 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.markdown import replace_section  # noqa: E402
-from benchmarks.report import measured_when, stamp  # noqa: E402
+from benchmarks.markdown import (  # noqa: E402
+    measured_when,
+    replace_section,  # noqa: E402
+    stamp,
+)
 
 BEGIN, END = "<!-- scale:begin -->", "<!-- scale:end -->"
 PER_GPU = {"resnet101": 8, "transformer": 16, "bert-large": 4}

@@ -99,7 +99,7 @@ STRATEGY_WORDS = {"dp": "data parallel, one all-reduce per gradient",
 
 def render(data: dict) -> str:
     """RESULTS.md's SFB section (everything after its heading) from sfb_real.json alone."""
-    from benchmarks.report import measured_when
+    from benchmarks.markdown import measured_when
 
     lines = ["Sufficient factor broadcasting (SFB): instead of all-reducing a replicated weight's gradient, every "
              "device gathers the small inputs it is computed from (the sufficient factors, such as a dense layer's "
@@ -172,7 +172,7 @@ def main() -> None:
     out = {"measured": True, "machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
            "processes": 2, "batch": args.batch, "warmup": args.warmup, "steps": args.steps, "rounds": args.rounds,
            "seconds": round(time.perf_counter() - start, 1), "models": models}
-    from benchmarks.report import stamp
+    from benchmarks.markdown import stamp
 
     out = stamp(out)     # the date and code, which the RESULTS.md section states (render)
     path = args.out or os.path.join(ROOT, "benchmarks", "results", "sfb_real_quick.json" if args.quick else "sfb_real.json")

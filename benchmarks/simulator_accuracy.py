@@ -46,7 +46,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.report import measured_when, stamp  # noqa: E402
+from benchmarks.markdown import measured_when, stamp  # noqa: E402
 from tag_tf.localmachine import model as lm  # noqa: E402
 
 lm.configure_runtime()     # before TensorFlow is imported (servers inherit it too)

@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.machine import cpu_name  # noqa: E402
-from benchmarks.report import measured_when, stamp  # noqa: E402
+from benchmarks.markdown import measured_when, stamp  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESETS = ("testbed", "cloud")

@@ -359,7 +359,7 @@ def distributed(row: dict, config: str) -> bool:
 
 def render(data: dict) -> str:
     """RESULTS.md's step-time tables from a run's JSON: every row, then tag_tf's best against the best peer."""
-    from benchmarks.report import measured_when
+    from benchmarks.markdown import measured_when
 
     lines = [f"Global batch {data['batch']}, median of {data['steps']} steps after {data['warmup']} warm-up steps, "
              f"{data.get('repeats', 1)} round(s) over every configuration (a row is its median round); "
@@ -541,7 +541,7 @@ def main() -> None:
     if args.predict:
         out["prediction"] = prediction_error(rows)
         print(json.dumps(out["prediction"], indent=1))
-    from benchmarks.report import stamp
+    from benchmarks.markdown import stamp
 
     out = stamp(out)
     name = "step_time_quick.json" if args.quick else "step_time.json"

@@ -16,7 +16,7 @@ import json
 import os
 import statistics
 
-from benchmarks.report import measured_when
+from benchmarks.markdown import measured_when
 
 BREAKDOWN = ("wall_ms", "compute", "collectives", "transfers", "idle")
 

@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.report import measured_when, stamp  # noqa: E402
+from benchmarks.markdown import measured_when, stamp  # noqa: E402
 from tag_tf.frontend.commands.calibrate import CaseBuilder  # noqa: E402
 from tag_tf.search.local_search import local_search  # noqa: E402
 from tag_tf.search.mcts import MctsOptions, mcts_search  # noqa: E402

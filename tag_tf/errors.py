@@ -47,3 +47,12 @@ class WeightsError(TagError):
 
 class EmulationError(TagError):
     """An emulated cluster cannot be built here (not root, a missing kernel feature) or its file is wrong."""
+
+
+class OptionsError(TagError):
+    """An option given to `tag_tf.distribute` (or the Estimator wrapper) that can never work; the
+    message names the option. `field` is its name."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"tag_tf.distribute({field}=...): {message}")
+        self.field = field

@@ -17,23 +17,30 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+    from tensorflow.python.client.session import BaseSession as Session
+
+# `BaseSession._do_run(session, handle, targets, fetches, feeds, options, run_metadata)`: the fetched values.
+DoRun = Callable[..., list[object]]
 
 
 class Context(Protocol):
     """What the patch needs of a `tag_tf.distribute` context (`distribute.Distribution`)."""
 
-    def owns(self, sess: Any) -> bool: ...
+    def owns(self, sess: Session) -> bool: ...
 
-    def dispatch(self, sess: Any, original: Callable, targets: list, fetches: list, feeds: dict,
-                 options: Any, run_metadata: Any) -> list[Any]: ...
+    def dispatch(self, sess: Session, original: DoRun, targets: list[tf.Operation], fetches: list[tf.Tensor],
+                 feeds: dict[object, object], options: object, run_metadata: object) -> list[object]: ...
 
-    def session_closed(self, sess: Any) -> None: ...
+    def session_closed(self, sess: Session) -> None: ...
 
 
 _patch_lock = threading.Lock()
 _active: list[Context] = []             # entered contexts, innermost last
-_saved: dict[str, Any] = {}             # the original BaseSession methods while patched
+_saved: dict[str, Callable[..., object]] = {}      # the original BaseSession methods while patched
 _local = threading.local()              # .bypass: depth of tag_tf's own session work in this thread
 
 
@@ -43,17 +50,21 @@ class bypass:
     def __enter__(self) -> None:
         _local.bypass = getattr(_local, "bypass", 0) + 1
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         _local.bypass -= 1
 
 
-def original_do_run(sess: Any, handle: Any, target_list: list, fetch_list: list, feed_dict: dict,
-                    options: Any, run_metadata: Any) -> Any:
+def original_do_run(sess: Session, handle: object, target_list: list[tf.Operation], fetch_list: list[tf.Tensor],
+                    feed_dict: dict[object, object], options: object, run_metadata: object) -> list[object]:
     """TensorFlow's own `BaseSession._do_run` (how compiled sessions run)."""
-    return _saved["_do_run"](sess, handle, target_list, fetch_list, feed_dict, options, run_metadata)
+    return _do_run_of(_saved)(sess, handle, target_list, fetch_list, feed_dict, options, run_metadata)
 
 
-def _owner(sess: Any) -> Context | None:
+def _do_run_of(saved: dict[str, Callable[..., object]]) -> DoRun:
+    return saved["_do_run"]  # type: ignore[return-value]   # TensorFlow's _do_run returns the fetched values
+
+
+def _owner(sess: Session) -> Context | None:
     contexts = tuple(_active)
     for d in reversed(contexts):
         if d.owns(sess):
@@ -61,9 +72,9 @@ def _owner(sess: Any) -> Context | None:
     return contexts[-1] if contexts else None
 
 
-def _do_run(self: Any, handle: Any, target_list: list, fetch_list: list, feed_dict: dict, options: Any,
-            run_metadata: Any) -> Any:
-    original = _saved["_do_run"]
+def _do_run(self: Session, handle: object, target_list: list[tf.Operation], fetch_list: list[tf.Tensor],
+            feed_dict: dict[object, object], options: object, run_metadata: object) -> list[object]:
+    original = _do_run_of(_saved)
     if handle is not None or getattr(_local, "bypass", 0) > 0 or getattr(self, "_tag_tf_internal", False):
         return original(self, handle, target_list, fetch_list, feed_dict, options, run_metadata)
     owner = _owner(self)
@@ -72,18 +83,20 @@ def _do_run(self: Any, handle: Any, target_list: list, fetch_list: list, feed_di
     return owner.dispatch(self, original, target_list, fetch_list, feed_dict, options, run_metadata)
 
 
-def _make_callable(self: Any, fetches: Any, feed_list: Sequence[Any] | None = None, accept_options: bool = False) -> Any:
+def _make_callable(self: Session, fetches: object, feed_list: Sequence[object] | None = None,
+                   accept_options: bool = False) -> Callable[..., object]:
     # TF's fast callables skip `_do_run`; route them through `run` while a context is active.
     if getattr(self, "_tag_tf_internal", False):
-        return _saved["make_callable"](self, fetches, feed_list, accept_options)
+        made: Callable[..., object] = _saved["make_callable"](self, fetches, feed_list, accept_options)  # type: ignore[assignment]
+        return made
     feed_list = list(feed_list or ())
 
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: object, **kwargs: object) -> object:
         return self.run(fetches, feed_dict=dict(zip(feed_list, args)) or None, **kwargs)
     return call
 
 
-def _close(self: Any) -> None:
+def _close(self: Session) -> None:
     for d in tuple(_active):
         d.session_closed(self)
     _saved["close"](self)

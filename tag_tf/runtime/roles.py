@@ -33,6 +33,7 @@ from typing import Any
 from tag_tf.errors import ClusterError
 from tag_tf.runtime.cluster import DEFAULT_TIMEOUT_MS, TRUST_WARNING, ClusterSpec
 from tag_tf.runtime.discovery import describe_here, publish
+from tag_tf.runtime.plan_message import PlanMessage
 from tag_tf.runtime.sessions import close_within
 
 ROLE_ORDER = ("chief", "master", "worker", "ps")     # machine order; "evaluator" takes no part
@@ -299,16 +300,16 @@ def serve_until_done(role: Role, server: Any) -> int:
     return code
 
 
-def wait_for_plan(role: Role, server: Any) -> tuple[int, dict | None]:
+def wait_for_plan(role: Role, server: Any) -> tuple[int, PlanMessage | None]:
     """On a task other than the chief: the chief's next plan message ((0, message)); (0, None) when
     the chief ended the run instead, (1, None) when it was lost."""
     code, text = _wait_for_chief(role, server, plans=True)
-    return code, None if text is None else json.loads(text)
+    return code, None if text is None else PlanMessage.from_json(text)
 
 
-def send_plan(role: Role, message: Mapping[str, Any]) -> None:
-    """From the chief: `message` (JSON-able) to every other task's plan queue; ClusterError naming
-    a task that cannot be reached."""
+def send_plan(role: Role, message: PlanMessage) -> None:
+    """From the chief: `message` to every other task's plan queue; ClusterError naming a task that
+    cannot be reached."""
     import tensorflow as tf
 
     dead = [t for t in role.spec.unreachable() if t != role.chief]
@@ -327,7 +328,7 @@ def send_plan(role: Role, message: Mapping[str, Any]) -> None:
         _PLAN_SENDERS[role.spec.tasks] = (tf.compat.v1.Session(role.spec.target, graph=graph, config=config), text,
                                           enqueues)
     sess, text, enqueues = _PLAN_SENDERS[role.spec.tasks]
-    blob = json.dumps(message)
+    blob = message.to_json()
     for t, op in enqueues.items():
         try:
             sess.run(op, {text: blob})

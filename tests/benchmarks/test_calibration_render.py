@@ -6,7 +6,8 @@ import json
 import os
 
 from benchmarks.calibration import render
-from benchmarks.report import RESULTS, measured_when
+from benchmarks.markdown import measured_when
+from benchmarks.report import RESULTS
 
 
 def _data() -> dict:

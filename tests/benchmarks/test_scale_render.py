@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from benchmarks.report import RESULTS, measured_when
+from benchmarks.markdown import measured_when
+from benchmarks.report import RESULTS
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from benchmarks.report import RESULTS, measured_when
+from benchmarks.markdown import measured_when
+from benchmarks.report import RESULTS
 
 
 def load(name: str) -> dict:

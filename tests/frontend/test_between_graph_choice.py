@@ -84,7 +84,7 @@ def test_no_driving_cost_where_no_plan_of_the_graph_can_run_between_graph():
     the chief: then driving costs every plan alike and must not steer the choice."""
     from types import SimpleNamespace
 
-    from tag_tf.frontend.distribute import drive_cost
+    from tag_tf.frontend.compiling import drive_cost
 
     _, analysis = analysis_of("mlp", num_groups=4)
     target = SimpleNamespace(drive_s=2e-4)

@@ -279,7 +279,7 @@ def test_a_budget_used_up_by_analysis_leaves_the_best_baseline(cache, monkeypatc
     """budget_s bounds analysis and planning together: the search gets what analysis left of it
     (here nothing: `auto` falls back to the best baseline without searching) and still trains like
     the plain graph; without a budget the planner keeps its own default."""
-    import tag_tf.frontend.distribute as distribute_module
+    import tag_tf.frontend.compiling as distribute_module
 
     given = []
     real = distribute_module.resolve_strategy
@@ -564,7 +564,7 @@ def test_fallback_single_trains_undistributed_with_one_warning(cache, caplog):
 
 
 def test_bad_fallback_is_refused():
-    with pytest.raises(TagError, match=r"fallback='maybe': expected one of 'error', 'single'"):
+    with pytest.raises(TagError, match=r"fallback=\.\.\.\): expected one of 'error', 'single', got 'maybe'"):
         tag_tf.distribute(fallback="maybe")
 
 
