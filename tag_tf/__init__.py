@@ -25,6 +25,7 @@ import importlib
 
 _EXPORTS = {
     "distribute": "tag_tf.frontend.distribute",
+    "DistributeOptions": "tag_tf.frontend.options",
     "analyze": "tag_tf.analysis",
     "Analysis": "tag_tf.analysis",
     "reference_weights": "tag_tf.profile.weights",

@@ -11,7 +11,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from tag_tf.errors import DeadlineExceeded
 
@@ -54,7 +53,7 @@ class PassContext:
     """Carries options, per-phase timers, instruments (callbacks after each pass) and a deadline."""
 
     def __init__(self, options: Options | None = None, deadline_s: float | None = None,
-                 instruments: tuple[Callable[[str, Any], None], ...] = ()):
+                 instruments: tuple[Callable[[str, object], None], ...] = ()):
         self.options = options or Options()
         self.deadline_s = deadline_s
         self._deadline = None if deadline_s is None else time.monotonic() + deadline_s
@@ -81,7 +80,7 @@ class PassContext:
         if left is not None and left <= 0:
             raise DeadlineExceeded(f"{what}: the deadline of {self.deadline_s:g} s ran out before it started")
 
-    def after_pass(self, name: str, result: Any) -> None:
+    def after_pass(self, name: str, result: object) -> None:
         for instrument in self.instruments:
             instrument(name, result)
 

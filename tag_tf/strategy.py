@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import numpy as np
 
@@ -45,7 +45,7 @@ class GroupPlan:
     devices: tuple[int, ...]     # topology device ids, in replica order
     option: Option
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"devices": list(self.devices), "option": self.option.value}
 
 
@@ -63,8 +63,35 @@ class SfbCut:
     ops: tuple[str, ...]          # planned ops run duplicated (producer of `gradient` included)
     saving_s: float = 0.0         # the SFB MILP's predicted saving per iteration (seconds)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"gradient": self.gradient, "ops": list(self.ops), "saving_s": self.saving_s}
+
+
+class StrategyOptions(TypedDict, total=False):
+    """The fields of a Strategy besides its groups, shares and topology fingerprint (`Strategy.from_matrix`)."""
+
+    graph: str | None
+    name: str
+    fusion_bytes: int | None
+    sync_after_backward: bool
+    op_groups: tuple[int, ...] | None
+    sfb: tuple[SfbCut, ...]
+    microbatches: int
+
+
+class UniformOptions(StrategyOptions, total=False):
+    """`Strategy.uniform`'s: the topology fingerprint too."""
+
+    topology: str | None
+
+
+class JsonLayout(TypedDict, total=False):
+    """How `Strategy.to_json` lays the file out (json.dumps's options of the same names)."""
+
+    indent: int | str | None
+    separators: tuple[str, str] | None
+    sort_keys: bool
+    ensure_ascii: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,13 +150,13 @@ class Strategy:
     # -- construction -------------------------------------------------------------------------
     @classmethod
     def uniform(cls, num_groups: int, devices: Sequence[int], option: Option = Option.ALLREDUCE,
-                shares: Sequence[float] | None = None, **kw: Any) -> Strategy:
+                shares: Sequence[float] | None = None, **kw: Unpack[UniformOptions]) -> Strategy:
         plan = GroupPlan(tuple(devices), option)
         return cls(tuple(plan for _ in range(num_groups)), None if shares is None else tuple(shares), **kw)
 
     @classmethod
     def from_matrix(cls, placement: np.ndarray, options: Sequence[Option], topology: Topology,
-                    shares: Sequence[float] | None = None, **kw: Any) -> Strategy:
+                    shares: Sequence[float] | None = None, **kw: Unpack[StrategyOptions]) -> Strategy:
         """The paper's form: placement[i, j] = 1 if group i uses device group j."""
         placement = np.asarray(placement)
         groups = []
@@ -139,7 +166,7 @@ class Strategy:
         return cls(tuple(groups), None if shares is None else tuple(shares), **kw)
 
     # -- JSON ---------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"format": "tag_tf.strategy/1", "name": self.name, "graph": self.graph,
                 "topology": self.topology, "shares": None if self.shares is None else list(self.shares),
                 "fusion_bytes": self.fusion_bytes, "sync_after_backward": self.sync_after_backward,
@@ -148,11 +175,11 @@ class Strategy:
                 **({"sfb": [c.to_dict() for c in self.sfb]} if self.sfb else {}),
                 **({"microbatches": self.microbatches} if self.microbatches != 1 else {})}
 
-    def to_json(self, **kw: Any) -> str:
+    def to_json(self, **kw: Unpack[JsonLayout]) -> str:
         return json.dumps(self.to_dict(), **kw)
 
     @classmethod
-    def from_dict(cls, d: Any, source: str = "strategy") -> Strategy:
+    def from_dict(cls, d: object, source: str = "strategy") -> Strategy:
         if not isinstance(d, dict) or "groups" not in d:
             raise StrategyError(f"{source}: not a strategy (expected an object with 'groups')")
         groups = []
@@ -251,7 +278,7 @@ class Strategy:
         return tuple(1.0 if self.shares is None else float(self.shares[d]) for d in devices)
 
 
-def _parse_sfb(items: Any, source: str) -> tuple[SfbCut, ...]:
+def _parse_sfb(items: object, source: str) -> tuple[SfbCut, ...]:
     if not isinstance(items, list):
         raise StrategyError(f"{source}: 'sfb' must be a list of {{gradient, ops, saving_s}} objects")
     cuts = []

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -23,9 +23,27 @@ from tag_tf.errors import GraphError
 from tag_tf.ir import Graph, TensorInfo, TensorRef, from_graph_def, opsets
 from tag_tf.ir.importer import measure_shapes
 
+if TYPE_CHECKING:
+    from tensorflow.core.framework.graph_pb2 import GraphDef
+
 log = logging.getLogger("tag_tf.analysis")
 
 DEFAULT_DYNAMIC_BATCH = 32
+
+
+class PlansGroups(Protocol):
+    """A plan that may carry refined op groups (`tag_tf.strategy.Strategy`)."""
+
+    @property
+    def op_groups(self) -> tuple[int, ...] | None: ...
+
+
+class _Roles(TypedDict):
+    """What `from_graph_def` is told about a graph it re-imports at another batch size."""
+
+    train_op: str | None
+    loss: str | None
+    inputs: tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +65,7 @@ class Analysis:
     def dynamic_batch(self) -> bool:
         return self.graph.meta.batch_size is None
 
-    def with_grouping(self, op_groups) -> Analysis:
+    def with_grouping(self, op_groups: Sequence[int] | np.ndarray) -> Analysis:
         """The same analysis with other op groups: `op_groups[i]` is the group of planned op i.
         Raises StrategyError unless every planned op has a group and colocated ops share one (what
         the compiler and the simulator rely on)."""
@@ -74,7 +92,7 @@ class Analysis:
         group_of = self.grouping.group_of
         return tuple(group_of[op] for op in self.planning.ops)
 
-    def check_groups(self, strategy: Any) -> None:
+    def check_groups(self, strategy: PlansGroups) -> None:
         """Raise StrategyError when `strategy` plans other groups than this analysis has (a plan
         with refined groups must go through `for_strategy` first)."""
         from tag_tf.errors import StrategyError
@@ -83,7 +101,7 @@ class Analysis:
         if op_groups is not None and tuple(op_groups) != self.op_groups:
             raise StrategyError("the strategy plans refined op groups: use analysis.for_strategy(strategy)")
 
-    def for_strategy(self, strategy: Any) -> Analysis:
+    def for_strategy(self, strategy: PlansGroups) -> Analysis:
         """The analysis whose groups `strategy` plans: its own refined groups when it carries them."""
         op_groups = getattr(strategy, "op_groups", None)
         if op_groups is None:
@@ -164,7 +182,7 @@ def batch_variants(graph: Graph, batch_size: int | None = None,
             shapes[name] = (b,) + tuple(shape[1:])
         return shapes
 
-    kwargs = dict(train_op=graph.meta.train_op, loss=graph.meta.loss, inputs=graph.meta.feeds)
+    kwargs: _Roles = {"train_op": graph.meta.train_op, "loss": graph.meta.loss, "inputs": graph.meta.feeds}
     if static_b is None:
         gd = graph.to_graph_def()
         try:
@@ -254,7 +272,7 @@ def unsized_batch_meetings(a: Analysis) -> list[tuple[str, str, str]]:
         for whole, local in ((0, 1), (1, 0)):
             src = sources[whole]
             if (kinds[whole] is Kind.FULL and kinds[local] is Kind.LOCAL and src.op in value_sized
-                    and g.tensor(src).shape and g.tensor(src).shape[0] < 0):
+                    and (shape := g.tensor(src).shape) and shape[0] < 0):
                 users = [c for c, _ in g.consumers(src) if not opsets.is_gradient_op(c, g.op(c).type)]
                 meets = [c for c in users if any(r == sources[local] for r in g.op(c).inputs)]
                 out.append((meets[0] if meets else op.name, src.name, sources[local].name))
@@ -277,8 +295,8 @@ def _unknown_shapes(graph: Graph) -> set[str]:
     return out
 
 
-def _with_shapes(graph_def: Any, graph: Graph, measured: Mapping[str, tuple[int, ...]],
-                 kwargs: Mapping[str, Any]) -> Graph:
+def _with_shapes(graph_def: GraphDef, graph: Graph, measured: Mapping[str, tuple[int, ...]],
+                 kwargs: _Roles) -> Graph:
     """`graph` re-imported with the measured shapes in place of the unknown ones."""
     shapes = {}
     for op in graph:

@@ -19,7 +19,7 @@ import dataclasses
 import os
 import sys
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -57,7 +57,7 @@ class Grouping:
 
 
 @contextlib.contextmanager
-def _quiet_stdout():
+def _quiet_stdout() -> Iterator[None]:
     """METIS prints diagnostics (e.g. when one vertex outweighs a part) with C printf on stdout,
     which would corrupt JSON output; send file descriptor 1 to /dev/null meanwhile."""
     sys.stdout.flush()
@@ -95,7 +95,7 @@ def colocation_pairs(graph: Graph, ops: Sequence[str]) -> list[tuple[str, str]]:
     share stacks, are one group with one layout)."""
     from tag_tf.analysis.annotate import v1_control_flow
 
-    pairs = []
+    pairs: list[tuple[str, str]] = []
     names = set(ops)
     in_loops = v1_control_flow(graph)
     looped = [name for name in ops if name in in_loops]
@@ -165,12 +165,12 @@ def group_ops(graph: Graph, planning: PlanningGraph, weights: np.ndarray, *, num
     np.add.at(vweight, vertex, np.asarray(weights, dtype=float))
     adjacency: list[dict[int, int]] = [dict() for _ in range(nv)]
     for (src, dst), nbytes in zip(planning.edges, planning.edge_bytes):
-        a, b = int(vertex[src]), int(vertex[dst])
-        if a == b:
+        va, vb = int(vertex[src]), int(vertex[dst])
+        if va == vb:
             continue
         w = max(1, int(nbytes) // 1024)           # METIS wants integers: KiB, at least 1
-        adjacency[a][b] = adjacency[a].get(b, 0) + w
-        adjacency[b][a] = adjacency[b].get(a, 0) + w
+        adjacency[va][vb] = adjacency[va].get(vb, 0) + w
+        adjacency[vb][va] = adjacency[vb].get(va, 0) + w
 
     # METIS's bisection fails when asked for about as many parts as vertices (tiny graphs); and no
     # part can be lighter than the heaviest vertex, so the mean must be at least 1/balance of it.

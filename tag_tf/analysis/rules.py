@@ -92,6 +92,7 @@ class OpView:
         if s.kind in (Kind.SPLIT, Kind.LOCAL) and s.axis >= 0:
             return split(s.axis, s.mult)
         tb = self.in_batch[i]
+        assert tb.axis is not None, f"input {i} of {self.op.name!r} is not batched"   # only asked of batch inputs
         return split(tb.axis, tb.mult)
 
     def global_state(self, i: int) -> State:
@@ -103,7 +104,7 @@ class OpView:
 
     def out_split(self, j: int) -> State | None:
         tb = self.out_batch[j]
-        return split(tb.axis, tb.mult) if tb.batched and not tb.irregular else None
+        return split(tb.axis, tb.mult) if tb.axis is not None and not tb.irregular else None
 
     def outputs_int(self) -> bool:
         return bool(self.op.outputs) and all(
@@ -174,11 +175,11 @@ def elementwise(v: OpView, rule: str = "elementwise") -> OpAnnotation | None:
         return None
     out_rank = v.out_rank(0)
     for i, cls in enumerate(v.classes):
-        if cls in (PLAIN, PART) and out_rank is not None and v.in_rank(i) is not None:
+        if cls in (PLAIN, PART) and out_rank is not None and (in_rank := v.in_rank(i)) is not None:
             # A whole input broadcast along the batch axis must have extent 1 there; anything else
             # (unknown: a whole-batch value from a sparse feature column whose size follows the
             # data) is not a per-sample operand, so the op runs on whole values.
-            axis = out.axis - (out_rank - v.in_rank(i))
+            axis = out.axis - (out_rank - in_rank)
             if axis >= 0 and v.in_shape(i)[axis] != 1:
                 return None
         if cls != BATCH:
@@ -667,7 +668,7 @@ def rule_variable_update(v: OpView) -> OpAnnotation:
 
 def _local_axis(v: OpView, j: int) -> tuple[int, int]:
     tb = v.out_batch[j]
-    return (tb.axis, tb.mult) if tb.batched else (-1, 1)
+    return (tb.axis, tb.mult) if tb.axis is not None else (-1, 1)
 
 
 def rule_int_local(v: OpView) -> OpAnnotation | None:

@@ -11,7 +11,7 @@ the conversions the training step runs from those only a fetch would run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar, cast
 
 from tag_tf.analysis import Analysis
 from tag_tf.analysis.states import FULL, State
@@ -19,6 +19,8 @@ from tag_tf.compiler.devices import DeviceMap
 from tag_tf.compiler.nodes import NodeFactory
 from tag_tf.ir import TensorRef
 from tag_tf.placement.layout import Mode, Placement
+
+T = TypeVar("T")
 
 
 class BuilderBase:
@@ -30,7 +32,7 @@ class BuilderBase:
         self.f = NodeFactory(self.graph.order)
         self.outputs: dict[str, list[list[str]]] = {}        # op -> per instance -> per output tensor name
         self.instances: dict[str, list[str]] = {}            # op -> node names of its instances
-        self._memo: dict[tuple, Any] = {}
+        self._memo: dict[tuple, object] = {}              # conversion key -> what building it gave
         # Who needs each memoised conversion: "training" (an op of the training step), "other" (ops
         # that only run when fetched: init, save, dangling gradient outputs) or "recompute" (inside
         # the recomputation of a LOCAL value). Reuse by a training op upgrades the entry.
@@ -54,7 +56,7 @@ class BuilderBase:
     def _dtype(self, ref: TensorRef) -> str:
         return self.graph.tensor(ref).base_dtype
 
-    def _memo_get(self, key: tuple, build: Callable[[], Any]) -> Any:
+    def _memo_get(self, key: tuple, build: Callable[[], T]) -> T:
         context = "recompute" if self._recompute_depth else ("training" if self._emitting_training else "other")
         value = self._memo.get(key)
         if value is None:
@@ -69,7 +71,7 @@ class BuilderBase:
             self._memo[key] = value
         elif context == "training":
             self._mark_training(key)
-        return value
+        return cast(T, value)      # a key is always built by the same kind of `build`
 
     def _mark_training(self, key: tuple) -> None:
         stack = [key]

@@ -20,7 +20,7 @@ GraphBuilder is assembled from parts, each in its own module:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from tag_tf.errors import CompileError
 from tag_tf.ir import TensorRef
 from tag_tf.placement.layout import HOST, Layout, Mode, Placement, single
 from tag_tf.strategy import Option
+
+if TYPE_CHECKING:
+    from tensorflow.core.framework.node_def_pb2 import NodeDef
 
 
 class GraphBuilder(CollectivesMixin, ShapesMixin):
@@ -66,7 +69,7 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
         # the micro-batches, e.g. a loss divided by the batch's token count).
         self._gate_microbatches({n.name: n for n in self.f.nodes})
 
-    def _gate_microbatches(self, nodes: dict[str, Any]) -> None:
+    def _gate_microbatches(self, nodes: dict[str, NodeDef]) -> None:
         """The pipeline schedule (GPipe's forward): on each device, a stage's forward pass of
         micro-batch m starts once that of micro-batch m - 1 is done there. Left to the dataflow
         alone, every micro-batch's first op is ready at once and the device runs them breadth first:
@@ -105,7 +108,7 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
                         nodes[self.instances[o][j]].input.append(f"^{gate}")
 
     @staticmethod
-    def _reaches(nodes: dict[str, Any], start: Sequence[str], targets: set[str]) -> bool:
+    def _reaches(nodes: dict[str, NodeDef], start: Sequence[str], targets: set[str]) -> bool:
         """Whether any of `targets` is an ancestor (data or control) of a node in `start`."""
         seen: set[str] = set()
         stack = list(start)
@@ -165,7 +168,7 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
             outs[0] = self._mean_scale(op, name, node.input[0], lay, j, device)
         return name, outs
 
-    def _wire_control(self, op: str, nodes: dict[str, Any]) -> None:
+    def _wire_control(self, op: str, nodes: dict[str, NodeDef]) -> None:
         src = self.graph.op(op)
         if not src.control_inputs:
             return
@@ -182,7 +185,7 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
                 node.input.extend(f"^{d}" for d in deps)
 
     # -- per-replica rewrites -----------------------------------------------------------------
-    def _rescale_const(self, node: Any, op: str, count: int) -> None:
+    def _rescale_const(self, node: NodeDef, op: str, count: int) -> None:
         from tensorflow.python.framework import tensor_util
 
         value = self.graph.attr(op, "value")
@@ -191,7 +194,7 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
         scaled = np.where(mask, value // b * count, value).astype(value.dtype)
         node.attr["value"].tensor.CopyFrom(tensor_util.make_tensor_proto(scaled, shape=value.shape))
 
-    def _slice_const(self, node: Any, op: str, state: State, lay: Layout, j: int) -> None:
+    def _slice_const(self, node: NodeDef, op: str, state: State, lay: Layout, j: int) -> None:
         from tensorflow.python.framework import tensor_util
 
         value = self.graph.attr(op, "value")
@@ -272,7 +275,7 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
             return [self.out(ref, j) for j in range(lay.size)]      # TF sends each piece where it goes
         if (play.mode is Mode.REPLICATED and play.micro == lay.micro > 1 and play.counts and lay.counts
                 and state.kind is Kind.SPLIT and state.axis == need.axis and state.mult == need.mult):
-            key = ("split", ref, lay.devices, lay.counts, lay.weights, need.axis, need.mult, "by micro-batch")
+            key: tuple = ("split", ref, lay.devices, lay.counts, lay.weights, need.axis, need.mult, "by micro-batch")
             return self._memo_get(key, lambda: self._split_by_microbatch(ref, play, lay, need))
         key = ("split", ref, lay.devices, lay.counts, lay.weights, need.axis, need.mult)
         return self._memo_get(key, lambda: self._split(ref, play, state, lay, need))
@@ -368,14 +371,15 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
                 outs = []
                 for k, r in enumerate(src.inputs if src.type == "ShapeN" else src.inputs[:1]):
                     shape = self.graph.tensor(r).shape
+                    assert shape is not None, r      # a LOCAL Shape/Size reads a tensor of known rank
                     value = int(np.prod(shape)) if src.type == "Size" else list(shape)
                     outs.append(self.f.const(f"tag/global/{ref.op}", value, src.outputs[k].base_dtype,
                                              self.devices[device]) + ":0")
                 return outs
             if src.type in SHAPE_OPS:
-                outs = self._global_shapes(ref.op, device)
-                if outs is not None:
-                    return outs
+                computed = self._global_shapes(ref.op, device)
+                if computed is not None:
+                    return computed
             name = self.f.unique(f"tag/global/{ref.op}")
             self._recompute_depth += 1
             try:

@@ -13,13 +13,12 @@ the device, so no all-reduce overlaps the backward pass.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from tag_tf.compiler.base import BuilderBase
 from tag_tf.ir import TensorRef
-from tag_tf.placement.fusion import FusionFacts, assign_buckets
+from tag_tf.placement.fusion import FusionFacts, Request, assign_buckets
 
 
 class CollectivesMixin(BuilderBase):
@@ -115,7 +114,7 @@ class CollectivesMixin(BuilderBase):
         self._pending, self._pending_sums = [], []
         self._collectives_done = True
 
-    def _barrier_control(self, requests: Sequence[Any]) -> dict[tuple[int, int], list[str]]:
+    def _barrier_control(self, requests: Sequence[Request]) -> dict[tuple[int, int], list[str]]:
         """Per (sync level, device): the ops producing that level's values to all-reduce there
         (the native expander's `emit_collectives` barrier, line for line)."""
         waits: dict[tuple[int, int], list[str]] = {}

@@ -10,7 +10,7 @@ import dataclasses
 import hashlib
 import types
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tag_tf.analysis import Analysis
 from tag_tf.compiler.builder import GraphBuilder
@@ -21,10 +21,14 @@ from tag_tf.ir import Graph, TensorRef
 from tag_tf.placement.layout import Placement, resolve
 from tag_tf.strategy import Strategy
 
+if TYPE_CHECKING:
+    from tensorflow.core.framework.graph_pb2 import GraphDef
+    from tensorflow.core.framework.node_def_pb2 import NodeDef
+
 
 @dataclasses.dataclass(frozen=True)
 class Compiled:
-    graph_def: Any
+    graph_def: GraphDef
     fetch_tensors: Mapping[str, str]          # original tensor name -> tensor with its whole value
     run_ops: Mapping[str, str]                # original op name -> op running all its instances
     variables: Mapping[str, tuple[str, ...]]  # original variable op -> its copies (op names)
@@ -39,7 +43,7 @@ class Compiled:
         grows as `extend` adds adapters."""
         return types.MappingProxyType(self.builder.instances)
 
-    def extend(self, tensors: Iterable[str] = (), ops: Iterable[str] = ()) -> tuple[list[Any], dict[str, str]]:
+    def extend(self, tensors: Iterable[str] = (), ops: Iterable[str] = ()) -> tuple[list[NodeDef], dict[str, str]]:
         """Adapters for more fetches after compilation: (new NodeDefs to add to the live graph,
         original name -> new name). Adapters already built are reused."""
         before = len(self.builder.f.nodes)

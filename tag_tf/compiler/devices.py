@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tag_tf.placement.layout import HOST
+
+if TYPE_CHECKING:
+    from tag_tf.topology.spec import Topology
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +34,7 @@ class DeviceMap:
         return cls(names, names[0], (0,) * n, (False,) * n)
 
     @classmethod
-    def for_topology(cls, topology: Any, job: str = "worker", simulated_gpus: bool = True) -> DeviceMap:
+    def for_topology(cls, topology: Topology, job: str = "worker", simulated_gpus: bool = True) -> DeviceMap:
         """One TF task per machine; GPUs as GPU:i (or CPU:i for CPU-typed devices)."""
         names, machines, gpu = [], [], []
         for d in topology.devices:

@@ -33,12 +33,17 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tag_tf.compiler.nodes import NodeFactory
+from tag_tf.compiler.nodes import AttrSpec, NodeFactory
 from tag_tf.errors import CompileError
+
+if TYPE_CHECKING:
+    from tensorflow.core.framework.graph_pb2 import GraphDef
+    from tensorflow.core.framework.node_def_pb2 import NodeDef
+    from tensorflow.core.framework.tensor_pb2 import TensorProto
 
 _TASK = re.compile(r"/task:(\d+)")
 _STATEFUL_ANYWAY = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
@@ -58,7 +63,7 @@ class TaskGraph:
     the cross-task sums it takes part in (`always`: run every step), and the compiled tensors and
     ops it can fetch and run."""
     task: int
-    graph_def: Any
+    graph_def: GraphDef
     always: tuple[str, ...]
     tensors: frozenset[str]
     ops: frozenset[str]
@@ -88,12 +93,12 @@ def _stateful(op: str) -> bool:
 class _Cutter:
     """Cuts the graph for one task (see the module docstring); `sums` is shared by all tasks."""
 
-    def __init__(self, nodes: Mapping[str, Any], task: int, cpu: str, sums: Mapping[str, tuple[int, ...]],
+    def __init__(self, nodes: Mapping[str, NodeDef], task: int, cpu: str, sums: Mapping[str, tuple[int, ...]],
                  instance_of: Mapping[str, tuple[str, ...]], key_base: int, sum_order: Sequence[str]):
         self.nodes, self.task, self.cpu, self.sums = nodes, task, cpu, sums
         self.instance_of, self.key_base = instance_of, key_base
         self.sum_index = {name: i for i, name in enumerate(sum_order)}
-        self.out: dict[str, Any] = {}
+        self.out: dict[str, NodeDef] = {}
         self.used_sums: set[str] = set()
         self.needed_by: dict[str, str] = {}      # node -> the node that first needed it (for errors)
         self.f = NodeFactory(taken=nodes)        # the nodes this cut adds (sums and gathers over tasks)
@@ -157,7 +162,7 @@ class _Cutter:
         mine = [i for i in self.instance_of.get(name, ()) if self.node_task(i) == self.task]
         return mine[0] if mine else None
 
-    def _copy(self, node: Any, device: str, inputs: Iterable[str] | None = None) -> None:
+    def _copy(self, node: NodeDef, device: str, inputs: Iterable[str] | None = None) -> None:
         new = type(node)()
         new.CopyFrom(node)
         new.device = device
@@ -177,7 +182,7 @@ class _Cutter:
             self.needed_by.setdefault(_source(inp), node.name)
             self.visit(_source(inp))
 
-    def _group(self, node: Any, value: str | None) -> None:
+    def _group(self, node: NodeDef, value: str | None) -> None:
         """A compiler adapter grouping every instance: this task's instances only."""
         inputs = []
         if value is not None:
@@ -192,7 +197,7 @@ class _Cutter:
         inputs += [i for i in node.input[len(inputs):] if i.startswith("^") and self.node_task(_source(i)) == self.task]
         self._copy(node, self.cpu, inputs)
 
-    def _sum(self, node: Any) -> None:
+    def _sum(self, node: NodeDef) -> None:
         """Sum of partials over tasks: this task's part, then a collective over the contributors."""
         own, contributors = self._own_part(node)
         dtype = _dtype(node.attr["T"].type)
@@ -200,7 +205,7 @@ class _Cutter:
                                                             self.nodes[_source(own[0])].device)
         self.partials[node.name] = (partial, dtype, contributors)
 
-    def emit_sums(self, riders: Mapping[str, Any]) -> None:
+    def emit_sums(self, riders: Mapping[str, _Bucket]) -> None:
         """The cross-task sums this task takes part in: each either rides the gradient bucket
         `riders` names for it (appended to the bucket's pack: no collective of its own) or is a
         collective of its own."""
@@ -213,8 +218,8 @@ class _Cutter:
                 partial, dtype, contributors = self.partials[name]
                 self._collective(name, "CollectiveReduceV2", partial, dtype, contributors, 0, unique=False,
                                  merge_op=("s", "Add"), final_op=("s", "Id"))
-        for (bucket, split), names in by_bucket.items():
-            self._ride(bucket, split, names)
+        for (member, split), names in by_bucket.items():
+            self._ride(member, split, names)
 
     def _ride(self, bucket: str, split_name: str, names: Sequence[str]) -> None:
         """Append the flattened partials `names` to the pack the all-reduce `bucket` reduces, and take
@@ -234,7 +239,7 @@ class _Cutter:
         del pack.input[:]
         pack.input.extend(values + flats + rest)          # the axis and control inputs stay last
         pack.attr["N"].i = count + len(flats)
-        sizes.attr["value"].tensor.CopyFrom(_int32_tensor([*_const_value(sizes), -1]))
+        sizes.attr["value"].tensor.CopyFrom(_int32_tensor([*_const_ints(sizes), -1]))
         split.attr["num_split"].i += 1
         extra = f"{split.name}:{split.attr['num_split'].i - 1}"
         begin = f.const(f"{bucket}/tag_sums/zero", [0], "int32", cpu) + ":0"
@@ -265,14 +270,14 @@ class _Cutter:
                 todo.append(_source(self.partials[at][0]))
         return seen
 
-    def _gather(self, node: Any) -> None:
+    def _gather(self, node: NodeDef) -> None:
         """Concatenation of replicas' shards along the batch axis over tasks: this task's shards, then
         an all-gather over the contributors. Shards may differ in rows (a batch that does not divide
         evenly): each task pads its part to the longest, and the padding is dropped after."""
         own, contributors = self._own_part(node, values=node.input[:node.attr["N"].i])
         order = [self.node_task(_source(i)) or 0 for i in node.input[:node.attr["N"].i]]
         axis = self.nodes[_source(node.input[node.attr["N"].i])]
-        if axis.op != "Const" or _const_value(axis) != 0 or order != sorted(order):
+        if axis.op != "Const" or _const_int(axis) != 0 or order != sorted(order):
             raise NotLocal(f"between-graph: {node.name!r} joins shards of several tasks in a way an all-gather "
                            f"cannot (not along the batch axis, or not in task order)")
         if contributors[-1] >= _MAX_GATHER_TASKS:
@@ -327,7 +332,7 @@ class _Cutter:
                unique=False, Tparams=("type", dtype), Tindices=("type", "int64"), Taxis=("type", "int32"),
                batch_dims=("int", 0))
 
-    def _own_part(self, node: Any, values: Sequence[str] | None = None) -> tuple[list[str], tuple[int, ...]]:
+    def _own_part(self, node: NodeDef, values: Sequence[str] | None = None) -> tuple[list[str], tuple[int, ...]]:
         contributors = self.sums[node.name]
         if self.task not in contributors:
             raise NotLocal(f"between-graph: task {self.task} needs {node.name!r}, which joins values it holds no "
@@ -340,7 +345,7 @@ class _Cutter:
         return own, contributors
 
     def _collective(self, name: str, op: str, value: str, dtype: str, contributors: tuple[int, ...], slot: int,
-                    unique: bool = True, **attrs: Any) -> str:
+                    unique: bool = True, **attrs: AttrSpec) -> str:
         """A collective over the contributing tasks' CPUs; its instance key is this cross-task join's
         (`slot`: which of its collectives), the same on every task."""
         f, cpu = self.f, self.cpu
@@ -349,8 +354,9 @@ class _Cutter:
         inputs = [value, f.const(f"{name}/tag_group_size", len(contributors), "int32", cpu) + ":0",
                   f.const(f"{name}/tag_group_key", GROUP_KEY_FLAG | mask, "int32", cpu) + ":0",
                   f.const(f"{name}/tag_instance_key", key, "int32", cpu) + ":0"]
-        return f.node(name, op, inputs, cpu, unique=unique, T=("type", dtype), communication_hint=("s", "auto"),
-                      timeout_seconds=("f", 0.0), Nordering_token=("int", 0), **attrs) + ":0"
+        return f.node(name, op, inputs, cpu, control=(), unique=unique, T=("type", dtype),
+                      communication_hint=("s", "auto"), timeout_seconds=("f", 0.0), Nordering_token=("int", 0),
+                      **attrs) + ":0"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,7 +369,7 @@ class _Bucket:
     splits: Mapping[int, str]        # task -> the SplitV unpacking its instance
 
 
-def _buckets(graph_def: Any, nodes: Mapping[str, Any]) -> list[_Bucket]:
+def _buckets(graph_def: GraphDef, nodes: Mapping[str, NodeDef]) -> list[_Bucket]:
     """The compiled graph's fused all-reduces a sum over tasks can ride: one member per task, a sum
     (merge Add, final Id) of a pack that nothing else reads, unpacked by one SplitV of constant sizes."""
     readers: dict[str, list[str]] = {}
@@ -383,7 +389,7 @@ def _buckets(graph_def: Any, nodes: Mapping[str, Any]) -> list[_Bucket]:
                 or len(split) != 1 or nodes[split[0]].op != "SplitV"
                 or nodes[_source(nodes[split[0]].input[1])].op != "Const"):
             continue
-        key = _const_value(nodes[_source(n.input[3])])
+        key = _const_int(nodes[_source(n.input[3])])
         members = found.setdefault(key, {})
         if task in members:
             shared.add(key)
@@ -393,7 +399,7 @@ def _buckets(graph_def: Any, nodes: Mapping[str, Any]) -> list[_Bucket]:
             for key, members in sorted(found.items()) if key not in shared]
 
 
-def _riders(graph_def: Any, nodes: Mapping[str, Any], cutters: Mapping[int, _Cutter],
+def _riders(graph_def: GraphDef, nodes: Mapping[str, NodeDef], cutters: Mapping[int, _Cutter],
             sums: Mapping[str, tuple[int, ...]]) -> dict[str, _Bucket]:
     """Sum over tasks -> the gradient bucket whose all-reduce carries it.
 
@@ -443,19 +449,27 @@ def _dtype(enum: int) -> str:
     return dtypes.as_dtype(enum).name
 
 
-def _const_value(node: Any) -> Any:
+def _const_int(node: NodeDef) -> int:
+    """The value of an int scalar Const (an axis, an instance key)."""
     from tensorflow.python.framework import tensor_util
 
     return tensor_util.MakeNdarray(node.attr["value"].tensor).tolist()
 
 
-def _int32_tensor(values: Sequence[int]) -> Any:
+def _const_ints(node: NodeDef) -> list[int]:
+    """The values of an int vector Const (split sizes)."""
+    from tensorflow.python.framework import tensor_util
+
+    return tensor_util.MakeNdarray(node.attr["value"].tensor).tolist()
+
+
+def _int32_tensor(values: Sequence[int]) -> TensorProto:
     from tensorflow.python.framework import tensor_util
 
     return tensor_util.make_tensor_proto(np.asarray(values, dtype=np.int32))
 
 
-def localize(graph_def: Any, tensors: Sequence[str], ops: Sequence[str],
+def localize(graph_def: GraphDef, tensors: Sequence[str], ops: Sequence[str],
              instances: Mapping[str, Sequence[str]], key_base: int) -> dict[int, TaskGraph]:
     """One TaskGraph per task that holds a device of `graph_def`, able to fetch `tensors` and run
     `ops` (compiled names). `instances`: original op -> its compiled instances (to find a task's own
@@ -493,7 +507,7 @@ def localize(graph_def: Any, tensors: Sequence[str], ops: Sequence[str],
                                    f"by the replica {n.name!r}")
     if 3 * len(sums) > SUM_KEYS:
         raise NotLocal(f"between-graph: {len(sums)} joins across tasks (at most {SUM_KEYS // 3})")
-    used = [_const_value(nodes[_source(n.input[3])]) for n in graph_def.node
+    used = [_const_int(nodes[_source(n.input[3])]) for n in graph_def.node
             if n.op.startswith("Collective") and len(n.input) > 3 and _source(n.input[3]) in nodes
             and nodes[_source(n.input[3])].op == "Const"]
     if any(k >= key_base + SUM_KEYS - 1 for k in used):

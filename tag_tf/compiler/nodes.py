@@ -6,9 +6,18 @@ with tens of thousands of ops. TF fills attributes left at their defaults when t
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from tensorflow.core.framework.node_def_pb2 import NodeDef
+
+# A NodeDef attribute to set: (kind, value), the kind naming the AttrValue field the value goes to.
+AttrSpec = (tuple[Literal["type"], str] | tuple[Literal["int"], int] | tuple[Literal["f"], float]
+            | tuple[Literal["bool"], bool] | tuple[Literal["s"], str | bytes]
+            | tuple[Literal["list_int"], Sequence[int]])
 
 
 def _dtype_enum(dtype: str) -> int:
@@ -24,7 +33,7 @@ class NodeFactory:
         from tensorflow.core.framework import node_def_pb2
 
         self._NodeDef = node_def_pb2.NodeDef
-        self.nodes: list[Any] = []
+        self.nodes: list[NodeDef] = []
         self._taken = set(taken)
         self._counters: dict[str, int] = {}
 
@@ -43,12 +52,12 @@ class NodeFactory:
     def reserve(self, name: str) -> None:
         self._taken.add(name)
 
-    def add(self, node: Any) -> Any:
+    def add(self, node: NodeDef) -> NodeDef:
         self.nodes.append(node)
         return node
 
     def node(self, base: str, op: str, inputs: Sequence[str], device: str, *,
-             control: Sequence[str] = (), unique: bool = True, **attrs: Any) -> str:
+             control: Sequence[str] = (), unique: bool = True, **attrs: AttrSpec) -> str:
         """Append a node; returns its name. `attrs` values: ('type', 'float32'), ('int', 3), ..."""
         node = self._NodeDef()
         node.name = self.unique(base) if unique else base
@@ -56,13 +65,13 @@ class NodeFactory:
         node.input.extend(inputs)
         node.input.extend(f"^{c}" for c in control)
         node.device = device
-        for key, (kind, value) in attrs.items():
-            set_attr(node, key, kind, value)
+        for key, spec in attrs.items():
+            set_attr(node, key, spec)
         self.nodes.append(node)
         return node.name
 
     # -- common ops -----------------------------------------------------------------------------
-    def const(self, base: str, value: Any, dtype: str, device: str) -> str:
+    def const(self, base: str, value: ArrayLike, dtype: str, device: str) -> str:
         from tensorflow.python.framework import tensor_util
 
         arr = np.asarray(value, dtype=np.dtype(dtype) if dtype != "bfloat16" else np.float32)
@@ -128,19 +137,19 @@ class NodeFactory:
                          T=("type", dtype), num_devices=("int", num_devices), shared_name=("s", shared_name))
 
 
-def set_attr(node: Any, key: str, kind: str, value: Any) -> None:
+def set_attr(node: NodeDef, key: str, spec: AttrSpec) -> None:
     attr = node.attr[key]
-    if kind == "type":
-        attr.type = _dtype_enum(value)
-    elif kind == "int":
-        attr.i = int(value)
-    elif kind == "f":
-        attr.f = float(value)
-    elif kind == "bool":
-        attr.b = bool(value)
-    elif kind == "s":
-        attr.s = value.encode() if isinstance(value, str) else value
-    elif kind == "list_int":
-        attr.list.i.extend(int(v) for v in value)
+    if spec[0] == "type":
+        attr.type = _dtype_enum(spec[1])
+    elif spec[0] == "int":
+        attr.i = int(spec[1])
+    elif spec[0] == "f":
+        attr.f = float(spec[1])
+    elif spec[0] == "bool":
+        attr.b = bool(spec[1])
+    elif spec[0] == "s":
+        attr.s = spec[1].encode() if isinstance(spec[1], str) else spec[1]
+    elif spec[0] == "list_int":
+        attr.list.i.extend(int(v) for v in spec[1])
     else:
-        raise ValueError(f"unknown attr kind {kind!r}")
+        raise ValueError(f"unknown attr kind {spec[0]!r}")

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import IO, Any
+from typing import IO
 
 from tag_tf.context import EMULATED_HOST_ENV
 from tag_tf.emulate import system
@@ -40,7 +40,7 @@ class Measured:
     names: tuple[str, ...]
     configured: dict[tuple[int, int], float | None]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         def bps(x: float | None) -> float | None:
             return None if x is None else x * 8
 
@@ -87,7 +87,7 @@ class Emulation:
             raise
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _build(self) -> None:

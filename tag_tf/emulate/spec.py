@@ -20,8 +20,8 @@ import dataclasses
 import ipaddress
 import json
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NoReturn, cast
 
 from tag_tf.errors import EmulationError
 from tag_tf.topology.units import BANDWIDTH_UNITS, UnitError, parse_bandwidth
@@ -84,7 +84,7 @@ class EmulatedCluster:
             out.append(None)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         names = [h.name for h in self.hosts]
         return {"name": self.name, "subnet": self.subnet, "port": self.port,
                 "hosts": [{"name": h.name, "cpu": h.cpu, "cpus": h.cpus,
@@ -93,7 +93,7 @@ class EmulatedCluster:
                           for (i, j), b in sorted(self.links.items())]}
 
 
-def load_cluster(source: str | Mapping[str, Any]) -> EmulatedCluster:
+def load_cluster(source: str | Mapping[str, object]) -> EmulatedCluster:
     """An EmulatedCluster from a YAML/JSON file path or a dict of the same structure."""
     if isinstance(source, Mapping):
         return _Reader("emulated cluster").cluster(source, "cluster")
@@ -119,7 +119,7 @@ class _Reader:
     def fail(self, field: str, msg: str) -> NoReturn:
         raise EmulationError(f"{self.where}: {field}: {msg}")
 
-    def mapping(self, value: Any, field: str, keys: tuple[str, ...]) -> Mapping[str, Any]:
+    def mapping(self, value: object, field: str, keys: tuple[str, ...]) -> Mapping[str, object]:
         if not isinstance(value, Mapping):
             self.fail(field, f"expected a mapping, got {type(value).__name__}")
         unknown = sorted(set(value) - set(keys))
@@ -127,7 +127,7 @@ class _Reader:
             self.fail(field, f"unknown key {unknown[0]!r} (known: {', '.join(keys)})")
         return value
 
-    def bandwidth(self, value: Any, field: str) -> float:
+    def bandwidth(self, value: object, field: str) -> float:
         try:
             bw = parse_bandwidth(value, BANDWIDTH_UNITS["Mbps"])
         except UnitError as e:
@@ -136,7 +136,7 @@ class _Reader:
             self.fail(field, f"expected a positive bandwidth, got {value!r}")
         return bw
 
-    def cluster(self, data: Any, default_name: str) -> EmulatedCluster:
+    def cluster(self, data: object, default_name: str) -> EmulatedCluster:
         d = self.mapping(data, "cluster", _TOP_KEYS)
         hosts_in = d.get("hosts")
         if not isinstance(hosts_in, list) or not hosts_in:
@@ -156,7 +156,8 @@ class _Reader:
         if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port < 65536:
             self.fail("port", f"expected a port number in 1024..65535, got {port!r}")
         links: dict[tuple[int, int], float] = {}
-        for k, link in enumerate(d.get("links") or []):
+        # `links` is a list as the format says (not checked here: mapping() checks each entry)
+        for k, link in enumerate(cast("Iterable[object]", d.get("links") or [])):
             field = f"links[{k}]"
             m = self.mapping(link, field, _LINK_KEYS)
             pair = m.get("between")
@@ -169,7 +170,7 @@ class _Reader:
             links[(i, j)] = self.bandwidth(m["bandwidth"], f"{field}.bandwidth")
         return EmulatedCluster(str(d.get("name") or default_name), tuple(hosts), links, subnet, int(port))
 
-    def host(self, value: Any, k: int) -> Host:
+    def host(self, value: object, k: int) -> Host:
         field = f"hosts[{k}]"
         h = self.mapping(value, field, _HOST_KEYS)
         name = h.get("name", f"h{k}")

@@ -165,7 +165,8 @@ def with_fusion(strategy: Strategy, spec: str | None, analysis: Analysis, topolo
     if spec == "none":
         return dataclasses.replace(strategy, fusion_bytes=None)
     if spec == "auto":
-        from tag_tf.search.moves import Deadline, Evaluator, tune_fusion
+        from tag_tf.deadline import Deadline
+        from tag_tf.search.moves import Evaluator, tune_fusion
         from tag_tf.sim.simulator import Simulator
 
         cost = Evaluator(sim or Simulator(analysis, topology))

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tag_tf.context import CACHE_ENV, default_cache_dir  # noqa: F401  (re-exported: the plan cache's root)
 from tag_tf.datafiles import write_atomic
+from tag_tf.deadline import Deadline
 from tag_tf.errors import StrategyError
 from tag_tf.placement.layout import validated_duplicates
 from tag_tf.search.registry import Names, baseline_names, fallback_baselines, whole_replica_baselines
@@ -220,17 +221,16 @@ def search(sim: Simulator, topology: Topology, *, method: str = "mcts", options:
     from tag_tf.search.mcts import MctsOptions, mcts_search
 
     options = options if options is not None else MctsOptions()
-    deadline = time.perf_counter() + options.budget_s
-    if sfb:
-        options = dataclasses.replace(options, budget_s=options.budget_s * (1.0 - SFB_SHARE))
+    deadline = Deadline.after(options.budget_s)
+    searched = deadline.share(1.0 - SFB_SHARE) if sfb else deadline
     result: MctsResult | SearchResult        # the fields both have are read below
     if method == "mcts":
-        result = mcts_search(sim, topology, options, prior=prior, weights=weights)
+        result = mcts_search(sim, topology, options, prior=prior, weights=weights, deadline=searched)
         simulations, seconds = result.simulations, result.seconds
     elif method == "local":
         from tag_tf.search.local_search import local_search
 
-        result = local_search(sim, topology, budget_s=options.budget_s, progress=options.progress)
+        result = local_search(sim, topology, budget_s=options.budget_s, progress=options.progress, deadline=searched)
         simulations, seconds = result.evaluations, result.seconds
     else:
         raise StrategyError(f"search: expected 'mcts' or 'local', got {method!r}")

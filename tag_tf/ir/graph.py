@@ -10,11 +10,19 @@ import dataclasses
 import hashlib
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
 from tag_tf.ir.opsets import training_updates
+
+if TYPE_CHECKING:
+    from tensorflow.core.framework.attr_value_pb2 import AttrValue
+    from tensorflow.core.framework.function_pb2 import FunctionDef, FunctionDefLibrary
+    from tensorflow.core.framework.graph_pb2 import GraphDef
+    from tensorflow.core.framework.node_def_pb2 import NodeDef
+    from tensorflow.core.framework.tensor_shape_pb2 import TensorShapeProto
+    from tensorflow.core.framework.versions_pb2 import VersionDef
 
 T = TypeVar("T")
 
@@ -77,7 +85,7 @@ class TensorInfo:
 
     @property
     def num_elements(self) -> int | None:
-        if not self.fully_defined:
+        if self.shape is None or not self.fully_defined:
             return None
         return int(np.prod(self.shape, dtype=np.int64))
 
@@ -141,8 +149,9 @@ class Graph:
     treat it as read-only (copy before editing).
     """
 
-    def __init__(self, ops: Iterable[Op], node_defs: Mapping[str, Any], meta: GraphMeta,
-                 variables: Iterable[Variable] = (), library: Any = None, versions: Any = None):
+    def __init__(self, ops: Iterable[Op], node_defs: Mapping[str, NodeDef], meta: GraphMeta,
+                 variables: Iterable[Variable] = (), library: FunctionDefLibrary | None = None,
+                 versions: VersionDef | None = None):
         ops = tuple(ops)
         self._ops: Mapping[str, Op] = types.MappingProxyType({op.name: op for op in ops})
         self.order: tuple[str, ...] = tuple(op.name for op in ops)
@@ -162,7 +171,7 @@ class Graph:
         self._control_consumers = {k: tuple(v) for k, v in control_consumers.items()}
         self._fingerprint: str | None = None
         self._training_updates: frozenset[str] | None = None
-        self._memo: dict[str, Any] = {}
+        self._memo: dict[str, object] = {}
 
     def cached(self, key: str, make: Callable[[], T]) -> T:
         """`make()`, computed once per graph under `key`: facts derived from an immutable graph
@@ -221,7 +230,7 @@ class Graph:
     def control_consumers(self, name: str) -> tuple[str, ...]:
         return self._control_consumers.get(name, ())
 
-    def node_def(self, name: str) -> Any:
+    def node_def(self, name: str) -> NodeDef:
         return self._node_defs[name]
 
     def attr(self, name: str, key: str, default: Any = None) -> Any:
@@ -281,7 +290,7 @@ class Graph:
         needed = self.ancestors(n for n in self.order if n not in initial and n not in after)
         return frozenset(initial - needed)
 
-    def to_graph_def(self) -> Any:
+    def to_graph_def(self) -> GraphDef:
         from tensorflow.core.framework import graph_pb2
 
         gd = graph_pb2.GraphDef()
@@ -298,7 +307,7 @@ class Graph:
 INITIAL_VALUE_ATTRS = ("value", "seed", "seed2")
 
 
-def without_initial_values(node: Any) -> Any:
+def without_initial_values(node: NodeDef) -> NodeDef:
     """A copy of NodeDef `node` without the attributes that only give a variable its initial value."""
     copy = type(node)()
     copy.CopyFrom(node)
@@ -308,11 +317,11 @@ def without_initial_values(node: Any) -> Any:
     return copy
 
 
-def _fingerprint(graph: Graph, nodes: list[Any], initial: frozenset[str] = frozenset()) -> str:
+def _fingerprint(graph: Graph, nodes: list[NodeDef], initial: frozenset[str] = frozenset()) -> str:
     functions = {f.signature.name: f for f in graph.library.function} if graph.library is not None else {}
     canonical: dict[str, str] = {}
 
-    def canon(node_like: Any, top: bool = False) -> bytes:
+    def canon(node_like: NodeDef, top: bool = False) -> bytes:
         copy = type(node_like)()
         copy.CopyFrom(node_like)
         if "_output_shapes" in copy.attr:
@@ -343,7 +352,7 @@ def _fingerprint(graph: Graph, nodes: list[Any], initial: frozenset[str] = froze
     return h.hexdigest()[:16]
 
 
-def _rename_functions(value: Any, functions: Mapping[str, Any], canonical: dict[str, str]) -> None:
+def _rename_functions(value: AttrValue, functions: Mapping[str, FunctionDef], canonical: dict[str, str]) -> None:
     kind = value.WhichOneof("value")
     targets = [value.func] if kind == "func" else list(value.list.func) if kind == "list" else []
     for func in targets:
@@ -351,7 +360,7 @@ def _rename_functions(value: Any, functions: Mapping[str, Any], canonical: dict[
             func.name = canonical.setdefault(func.name, f"fn{len(canonical)}")
 
 
-def attr_value_to_python(value: Any) -> Any:
+def attr_value_to_python(value: AttrValue) -> Any:
     """Decode an AttrValue proto into plain Python (dtypes become their names)."""
     from tensorflow.python.framework import dtypes, tensor_util
 
@@ -390,7 +399,7 @@ def attr_value_to_python(value: Any) -> Any:
     return None
 
 
-def shape_proto_to_tuple(shape: Any) -> tuple[int, ...] | None:
+def shape_proto_to_tuple(shape: TensorShapeProto) -> tuple[int, ...] | None:
     if shape.unknown_rank:
         return None
     return tuple(int(d.size) for d in shape.dim)

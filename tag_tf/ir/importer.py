@@ -9,11 +9,18 @@ from __future__ import annotations
 import heapq
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tag_tf.errors import GraphError
 from tag_tf.ir import opsets
 from tag_tf.ir.graph import Graph, GraphMeta, Op, TensorInfo, TensorRef, Variable, shape_proto_to_tuple
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+    from tensorflow.core.framework.graph_pb2 import GraphDef
+    from tensorflow.core.framework.node_def_pb2 import NodeDef
+    from tensorflow.core.framework.tensor_shape_pb2 import TensorShapeProto
+    from tensorflow.core.protobuf.meta_graph_pb2 import MetaGraphDef
 
 _BATCH_SOURCE_OPS = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext",
                                "QueueDequeueManyV2", "QueueDequeueUpToV2", "QueueDequeueMany"})
@@ -22,7 +29,7 @@ _BATCH_SOURCE_OPS = frozenset({"Placeholder", "PlaceholderWithDefault", "Iterato
 # ---------------------------------------------------------------------------------------------
 # Files
 # ---------------------------------------------------------------------------------------------
-def load_graph_file(path: str) -> tuple[Any, Any | None]:
+def load_graph_file(path: str) -> tuple[GraphDef, MetaGraphDef | None]:
     """Read a .pb (binary GraphDef or MetaGraphDef), .pbtxt (text GraphDef/MetaGraphDef) or .meta file.
 
     Returns (graph_def, meta_graph_def or None). Raises GraphError naming the file on any problem.
@@ -42,12 +49,12 @@ def load_graph_file(path: str) -> tuple[Any, Any | None]:
     if ext not in (".pb", ".pbtxt", ".meta", ".txt"):
         raise GraphError(f"{path}: unknown graph file type {ext!r} (expected .pb, .pbtxt or .meta)")
 
-    def parse_binary(cls):
+    def parse_binary(cls: type[GraphDef | MetaGraphDef]) -> GraphDef | MetaGraphDef:
         proto = cls()
         proto.ParseFromString(data)
         return proto
 
-    def parse_text(cls):
+    def parse_text(cls: type[GraphDef | MetaGraphDef]) -> GraphDef | MetaGraphDef:
         proto = cls()
         text_format.Parse(data.decode("utf-8"), proto)
         return proto
@@ -72,7 +79,7 @@ def load_graph_file(path: str) -> tuple[Any, Any | None]:
 # ---------------------------------------------------------------------------------------------
 # Shapes
 # ---------------------------------------------------------------------------------------------
-def infer_shapes(graph_def: Any, input_shapes: Mapping[str, tuple[int, ...]] | None = None
+def infer_shapes(graph_def: GraphDef, input_shapes: Mapping[str, tuple[int, ...]] | None = None
                  ) -> dict[str, tuple[TensorInfo, ...]]:
     """Run TF shape inference on `graph_def`; `input_shapes` maps batch-input tensor names to new shapes.
 
@@ -101,7 +108,7 @@ def infer_shapes(graph_def: Any, input_shapes: Mapping[str, tuple[int, ...]] | N
     return out
 
 
-def _tensor_info(t: Any) -> TensorInfo:
+def _tensor_info(t: tf.Tensor) -> TensorInfo:
     shape = t.shape
     dims = None if shape.rank is None else tuple(-1 if d is None else int(d) for d in shape.as_list())
     return TensorInfo(t.dtype.name, dims)
@@ -110,7 +117,7 @@ def _tensor_info(t: Any) -> TensorInfo:
 _DEQUEUE_OPS = frozenset({"QueueDequeueManyV2", "QueueDequeueUpToV2", "QueueDequeueMany", "QueueDequeueUpTo"})
 
 
-def _standin_dequeues(gd: Any, overrides: Mapping[str, tuple[int, ...]]) -> None:
+def _standin_dequeues(gd: GraphDef, overrides: Mapping[str, tuple[int, ...]]) -> None:
     """TF cannot type a queue dequeue from its GraphDef (the element shapes live on the queue op).
     For shape inference only, replace each dequeue by IdentityN over placeholders of the queue's
     component types and shapes, batch `n` first (or the override): consumers keep reading `deq:i`."""
@@ -151,10 +158,10 @@ def _standin_dequeues(gd: Any, overrides: Mapping[str, tuple[int, ...]]) -> None
         node.input.extend(names + control)
 
 
-def override_input_shapes(gd: Any, input_shapes: Mapping[str, tuple[int, ...]]) -> None:
+def override_input_shapes(gd: GraphDef, input_shapes: Mapping[str, tuple[int, ...]]) -> None:
     from tensorflow.core.framework import tensor_shape_pb2
 
-    def shape_proto(dims):
+    def shape_proto(dims: tuple[int, ...]) -> TensorShapeProto:
         p = tensor_shape_pb2.TensorShapeProto()
         for d in dims:
             p.dim.add().size = int(d)
@@ -204,7 +211,7 @@ def measure_shapes(graph: Graph, input_shapes: Mapping[str, tuple[int, ...]], te
     with g.as_default():
         tf.graph_util.import_graph_def(graph.to_graph_def(), name="")
         shapes = [tf.shape(g.get_tensor_by_name(t), out_type=tf.int64) for t in tensors]
-    def zeros(name: str, dims: tuple[int, ...]) -> Any:
+    def zeros(name: str, dims: tuple[int, ...]) -> np.ndarray:
         dtype = tf.as_dtype(graph.tensor(name).base_dtype)
         # Strings: "0"/"1", not "": feature columns drop empty strings as missing values.
         value = np.full(dims, b"0", dtype=object) if dtype == tf.string else np.zeros(dims, dtype.as_numpy_dtype)
@@ -241,7 +248,7 @@ def measure_shapes(graph: Graph, input_shapes: Mapping[str, tuple[int, ...]], te
 # ---------------------------------------------------------------------------------------------
 # Graph
 # ---------------------------------------------------------------------------------------------
-def from_graph_def(graph_def: Any, meta_graph_def: Any = None, *, train_op: str | None = None,
+def from_graph_def(graph_def: GraphDef, meta_graph_def: MetaGraphDef | None = None, *, train_op: str | None = None,
                    loss: str | None = None, inputs: Iterable[str] | None = None,
                    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                    require_train_op: bool = True, shapes: Mapping[str, tuple[TensorInfo, ...]] | None = None
@@ -308,15 +315,19 @@ def from_graph_def(graph_def: Any, meta_graph_def: Any = None, *, train_op: str 
     return Graph(ops, nodes, meta, variables, graph_def.library, graph_def.versions)
 
 
-def from_file(path: str, **kwargs: Any) -> Graph:
+def from_file(path: str, *, train_op: str | None = None, loss: str | None = None,
+              inputs: Iterable[str] | None = None, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+              require_train_op: bool = True, shapes: Mapping[str, tuple[TensorInfo, ...]] | None = None) -> Graph:
+    """`from_graph_def` of the graph in file `path` (see `load_graph_file`)."""
     graph_def, meta = load_graph_file(path)
     try:
-        return from_graph_def(graph_def, meta, **kwargs)
+        return from_graph_def(graph_def, meta, train_op=train_op, loss=loss, inputs=inputs, input_shapes=input_shapes,
+                              require_train_op=require_train_op, shapes=shapes)
     except GraphError as e:
         raise GraphError(f"{path}: {e}") from None
 
 
-def topological_order(graph_def: Any, nodes: Mapping[str, Any]) -> list[str]:
+def topological_order(graph_def: GraphDef, nodes: Mapping[str, NodeDef]) -> list[str]:
     """Kahn's algorithm, stable in GraphDef order; loop back-edges (NextIteration) are ignored."""
     index = {node.name: i for i, node in enumerate(graph_def.node)}
     indegree = {name: 0 for name in nodes}
@@ -346,14 +357,14 @@ def topological_order(graph_def: Any, nodes: Mapping[str, Any]) -> list[str]:
     return order
 
 
-def _input_ops(node: Any) -> list[str]:
+def _input_ops(node: NodeDef) -> list[str]:
     return [i[1:] if i.startswith("^") else TensorRef.parse(i).op for i in node.input]
 
 
 # ---------------------------------------------------------------------------------------------
 # Finding the train op, loss, inputs and variables
 # ---------------------------------------------------------------------------------------------
-def _collections(meta: Any) -> dict[str, tuple[str, ...]]:
+def _collections(meta: MetaGraphDef | None) -> dict[str, tuple[str, ...]]:
     """Collections as names: node_list values as-is, VariableDefs as their variable op names."""
     if meta is None:
         return {}
@@ -442,7 +453,8 @@ def _find_batch_inputs(graph: Graph, train_op: str | None) -> tuple[str, ...]:
 
 
 def _batch_size(graph: Graph, inputs: tuple[str, ...]) -> int | None:
-    sizes = {graph.tensor(i).shape[0] for i in inputs if graph.tensor(i).shape}
+    shapes = [graph.tensor(i).shape for i in inputs]
+    sizes = {shape[0] for shape in shapes if shape}
     sizes.discard(-1)
     return sizes.pop() if len(sizes) == 1 else None
 

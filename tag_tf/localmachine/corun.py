@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -109,13 +109,23 @@ def _timed(replicas: Replicas, b: int, steps: int, seconds: float) -> list[float
     return times
 
 
-def _start_helper(name: str, kwargs: Mapping[str, Any], setup: LocalSetup, sizes: Sequence[int]) -> subprocess.Popen:
+def _start_helper(name: str, kwargs: Mapping[str, object], setup: LocalSetup, sizes: Sequence[int]) -> subprocess.Popen:
     return helpers.start("tag_tf.localmachine.corun", {"name": name, "kwargs": dict(kwargs), "sizes": list(sizes),
                                                        "devices": setup.devices_per_process,
                                                        "runtime": setup.runtime.tag}, setup.runtime)
 
 
-def _helper(spec: Mapping[str, Any]) -> None:
+class _Spec(TypedDict):
+    """What `_start_helper` tells a helper (as JSON on its command line)."""
+
+    name: str
+    kwargs: dict[str, Any]      # build_model's keyword arguments
+    sizes: list[int]
+    devices: int
+    runtime: str
+
+
+def _helper(spec: _Spec) -> None:
     """A helper's body: build, say READY; then for each batch size read from stdin: warm up, say
     READY, and run steps until the next line (end of input: exit)."""
     replicas = Replicas(zoo_steps(spec["name"], spec["sizes"], **spec["kwargs"]), int(spec["devices"]),

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
-from typing import Any
 
 from tag_tf.errors import ProfileError
 from tag_tf.localmachine.runtime import RUNTIME_KEYS, Runtime
@@ -21,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _STDERR = "_tag_tf_stderr"      # the Popen attribute holding a helper's stderr file (closed by `stop`)
 
 
-def start(module: str, spec: Mapping[str, Any], runtime: Runtime) -> subprocess.Popen:
+def start(module: str, spec: Mapping[str, object], runtime: Runtime) -> subprocess.Popen:
     """Start `python -m module json(spec)` with `runtime`'s environment; it says READY when built."""
     env = {k: v for k, v in os.environ.items() if k not in RUNTIME_KEYS}
     env.update(runtime.env)

@@ -42,7 +42,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -139,7 +139,7 @@ class LocalMachine:
     def single_step_overhead(self, feed_bytes: float) -> float:
         return self.single_step_fixed_s + self.single_step_per_feed_byte_s * feed_bytes
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"setup": self.setup.to_dict(), "runtime": self.setup.runtime.tag,
                 "p2p": {k: [list(s) for s in v] for k, v in self.p2p.items()},
                 "allreduce": {k: [list(s) for s in v] for k, v in self.allreduce.items()},
@@ -178,6 +178,13 @@ def _ring_devices(setup: LocalSetup, k: int) -> list[int]:
     n = setup.devices_per_process
     order = [p * n + i for i in range(n) for p in range(setup.processes)]
     return sorted(order[:k])
+
+
+class MeasureOptions(TypedDict, total=False):
+    """`measure_machine`'s options."""
+
+    sizes: Sequence[int]
+    repeats: int
 
 
 def measure_machine(setup: LocalSetup, *, sizes: Sequence[int] = COMM_SIZES, repeats: int = 7) -> LocalMachine:
@@ -222,7 +229,8 @@ def _measure(setup: LocalSetup, runner: SetupRunner, sizes: Sequence[int], repea
                          "measure_s": round(time.perf_counter() - t0, 1), "repeats": repeats})
 
 
-def local_machine(setup: LocalSetup, db: ProfileDB | None = None, *, refresh: bool = False, **measure_kw: Any) -> LocalMachine:
+def local_machine(setup: LocalSetup, db: ProfileDB | None = None, *, refresh: bool = False,
+                  **measure_kw: Unpack[MeasureOptions]) -> LocalMachine:
     """The setup's LocalMachine from the ProfileDB, or measured now (and stored)."""
     key = _db_key(setup)
     if db is not None and not refresh:
@@ -250,7 +258,7 @@ class ZooModel:
     kwargs: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
-    def of(cls, name: str, **kwargs: Any) -> ZooModel:
+    def of(cls, name: str, **kwargs: object) -> ZooModel:
         return cls(name, tuple(sorted(kwargs.items())))
 
 

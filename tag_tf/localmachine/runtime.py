@@ -40,12 +40,16 @@ import dataclasses
 import logging
 import os
 import sys
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from tag_tf.errors import ProfileError
 
 if TYPE_CHECKING:
+    import tensorflow as tf
+    from tensorflow.core.protobuf.config_pb2 import ConfigProto
+
+    from tag_tf.runtime.cluster import ClusterSpec
     from tag_tf.topology.spec import Topology
 
 log = logging.getLogger(__name__)
@@ -120,7 +124,7 @@ def configure_runtime(runtime: Runtime = PINNED) -> bool:
 
 
 @contextlib.contextmanager
-def local_servers(processes: int, devices_per_process: int, runtime: Runtime = PINNED) -> Iterator[Any]:
+def local_servers(processes: int, devices_per_process: int, runtime: Runtime = PINNED) -> Iterator[ClusterSpec]:
     """`runtime.cluster.local_cluster` whose servers run `runtime`'s server environment. Yields the
     ClusterSpec."""
     from tag_tf.runtime.cluster import local_cluster
@@ -139,7 +143,7 @@ def local_servers(processes: int, devices_per_process: int, runtime: Runtime = P
 
 
 def session_config(num_cpus: int = 1, *, leader: str | None = None, timeout_ms: int = TIMEOUT_MS,
-                   runtime: Runtime = PINNED, as_written: bool = True) -> Any:
+                   runtime: Runtime = PINNED, as_written: bool = True) -> ConfigProto:
     """ConfigProto of the local model's sessions: `num_cpus` virtual CPU devices, `runtime`'s threads,
     an operation timeout and the collective group leader for cluster sessions
     (`tag_tf.runtime.sessions.session_config` with these settings). `as_written` (the default, for
@@ -154,6 +158,15 @@ def session_config(num_cpus: int = 1, *, leader: str | None = None, timeout_ms: 
 # ---------------------------------------------------------------------------------------------
 # Setups
 # ---------------------------------------------------------------------------------------------
+class SetupDict(TypedDict):
+    """A LocalSetup as the ProfileDB stores it (older entries lack the runtime and between_graph)."""
+
+    processes: int
+    devices_per_process: int
+    runtime: NotRequired[str]
+    between_graph: NotRequired[bool]
+
+
 @dataclasses.dataclass(frozen=True)
 class LocalSetup:
     """`processes` TensorFlow processes on this machine with `devices_per_process` CPU devices each,
@@ -171,12 +184,12 @@ class LocalSetup:
         if self.between_graph and self.processes < 2:
             raise ProfileError(f"local setup: between-graph needs >= 2 processes, got {self}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SetupDict:
         return {"processes": self.processes, "devices_per_process": self.devices_per_process,
                 "runtime": self.runtime.tag, "between_graph": self.between_graph}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> LocalSetup:
+    def from_dict(cls, d: SetupDict) -> LocalSetup:
         tag = d.get("runtime", PINNED.tag)
         if tag not in RUNTIMES:
             raise ProfileError(f"local setup: unknown runtime {tag!r} (known: {', '.join(RUNTIMES)})")
@@ -211,12 +224,12 @@ class LocalSetup:
 class SetupRunner:
     """Sessions on one setup: in this process, or on a cluster of local servers (started here)."""
 
-    def __init__(self, setup: LocalSetup, cluster_spec: Any = None):
+    def __init__(self, setup: LocalSetup, cluster_spec: ClusterSpec | None = None):
         self.setup = setup
         self.spec = cluster_spec
         self.devices = setup.device_names(cluster_spec.job if cluster_spec else "worker")
 
-    def session(self, graph: Any) -> Any:
+    def session(self, graph: tf.Graph) -> tf.compat.v1.Session:
         import tensorflow as tf
 
         runtime = self.setup.runtime

@@ -18,8 +18,8 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -126,7 +126,19 @@ def measure_task_steps(setup: LocalSetup, feed_sizes: Sequence[int], repeats: in
     return out
 
 
-def _helper(spec: Mapping[str, Any]) -> None:
+class _Spec(TypedDict):
+    """What `measure_task_steps` tells a helper task (as JSON on its command line)."""
+
+    ports: list[int]
+    task: int
+    devices: int
+    runtime: str
+    feed_sizes: list[int]
+    count: int
+    drive: bool
+
+
+def _helper(spec: _Spec) -> None:
     task = _Task(spec["ports"], int(spec["task"]), int(spec["devices"]), RUNTIMES[spec["runtime"]])
     helpers.say(helpers.READY)
     if sys.stdin.readline().strip() != "go":

@@ -33,7 +33,7 @@ import itertools
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from tag_tf.profile.comm import Sample
 from tag_tf.runtime.cluster import LocalCluster
 from tag_tf.runtime.sessions import session_config
 
+if TYPE_CHECKING:
+    from tensorflow.core.protobuf.config_pb2 import ConfigProto
+
 __all__ = ["chain_length", "measure_allreduce", "measure_p2p", "run_allreduce", "sizes_up_to", "time_pair"]
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -49,6 +52,8 @@ DEFAULT_CAP = GiB              # the paper profiles up to 1 GB on real clusters
 DEFAULT_TIMEOUT_S = 60.0       # per TF operation; a hung transfer fails after this
 CHECK_ELEMENTS = 1024          # all-reduce correctness check: this many leading elements
 _FLOAT = 4                     # bytes per float32
+
+T = TypeVar("T")
 
 
 class Tasks(Protocol):
@@ -63,7 +68,7 @@ class Tasks(Protocol):
 
     def device(self, i: int, index: int = 0) -> str: ...
 
-    def session_config(self) -> Any: ...
+    def session_config(self) -> ConfigProto: ...
 
 
 def sizes_up_to(cap: int = DEFAULT_CAP, start: int = KiB) -> list[int]:
@@ -78,11 +83,11 @@ def sizes_up_to(cap: int = DEFAULT_CAP, start: int = KiB) -> list[int]:
 
 
 # ---- local server processes --------------------------------------------------------------------
-def _config(timeout_s: float, leader: str | None = None, cpus: int | None = None) -> Any:
+def _config(timeout_s: float, leader: str | None = None, cpus: int | None = None) -> ConfigProto:
     return session_config(cpus, timeout_ms=int(timeout_s * 1000), collective_leader=leader, soft_placement=False)
 
 
-def time_pair(run: Callable[[], Any], baseline: Callable[[], Any], repeats: int,
+def time_pair(run: Callable[[], object], baseline: Callable[[], object], repeats: int,
               warmup: int = 2) -> tuple[float, float]:
     """Median seconds of `run` and of `baseline`, interleaved so drift hits both alike."""
     if repeats < 1:
@@ -108,7 +113,7 @@ def _elements(nbytes: int) -> int:
     return nbytes // _FLOAT
 
 
-def _run_tf(fn: Callable[[], Any], what: str) -> Any:
+def _run_tf(fn: Callable[[], T], what: str) -> T:
     import tensorflow as tf
 
     try:
@@ -234,7 +239,7 @@ class _Placement:
 
 
 def _with_placement(num_devices: int, processes: bool, cluster: LocalCluster | None,
-                    timeout_s: float, body: Callable[[_Placement], Any]) -> Any:
+                    timeout_s: float, body: Callable[[_Placement], T]) -> T:
     if processes and cluster is None:
         with LocalCluster(num_devices, timeout_ms=int(timeout_s * 1000)) as own:
             return body(_Placement(num_devices, True, own, timeout_s))

@@ -28,6 +28,8 @@ from tag_tf.datafiles import write_atomic
 from tag_tf.runtime.discovery import gather
 
 if TYPE_CHECKING:
+    from tensorflow.core.protobuf.config_pb2 import ConfigProto
+
     from tag_tf.runtime.cluster import ClusterSpec
     from tag_tf.topology.spec import Topology
 
@@ -57,7 +59,7 @@ class _Pair:
     def device(self, i: int, index: int = 0) -> str:
         return f"/job:{self.spec.job}/replica:0/task:{self.tasks[i]}/device:CPU:{index}"
 
-    def session_config(self) -> Any:
+    def session_config(self) -> ConfigProto:
         return self.spec.session_config(device_filters=[f"/job:{self.spec.job}/task:{t}" for t in self.tasks])
 
 

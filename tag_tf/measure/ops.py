@@ -38,6 +38,11 @@ from tag_tf.profile.op_profile import (
 from tag_tf.runtime import sessions
 
 if TYPE_CHECKING:
+    import tensorflow as tf
+    from tensorflow.core.framework.graph_pb2 import GraphDef
+    from tensorflow.core.framework.step_stats_pb2 import StepStats
+    from tensorflow.core.protobuf.config_pb2 import ConfigProto
+
     from tag_tf.models.base import ModelGraph
 
 log = logging.getLogger(__name__)
@@ -66,7 +71,7 @@ def resolve_device(device: str = "local") -> tuple[str, str]:
     return _gpu_type_name(gpus[index]), f"/device:GPU:{index}"
 
 
-def _gpu_type_name(physical_device: Any) -> str:
+def _gpu_type_name(physical_device: tf.config.PhysicalDevice) -> str:
     import tensorflow as tf
 
     from tag_tf.topology.gpus import type_from_device_name
@@ -88,7 +93,7 @@ def _gpu_type_name(physical_device: Any) -> str:
 class TrainStep:
     """One runnable training step: a GraphDef, its train/init ops and a feed (tensor name -> value)."""
 
-    graph_def: Any
+    graph_def: GraphDef
     train_op: str
     init_op: str | None
     feed: Mapping[str, np.ndarray]
@@ -99,7 +104,7 @@ class TrainStep:
         return cls(model.graph_def, model.train_op, model.init_op, model.feed(rng, batch_size))
 
 
-def session_config(tf_device: str, inter_op_threads: int | None = 1, as_written: bool = True) -> Any:
+def session_config(tf_device: str, inter_op_threads: int | None = 1, as_written: bool = True) -> ConfigProto:
     """A ConfigProto that keeps every node as written (no Grappler, no folding, no CSE); with
     `as_written` False, TensorFlow's default graph rewrites on (how a user's session runs)."""
     on_cpu = "device:CPU" in tf_device
@@ -111,7 +116,7 @@ def session_config(tf_device: str, inter_op_threads: int | None = 1, as_written:
 class _Session:
     """A tf.Session on an imported GraphDef, variables initialised once."""
 
-    def __init__(self, graph_def: Any, init_op: str | None, tf_device: str, config: Any, target: str = ""):
+    def __init__(self, graph_def: GraphDef, init_op: str | None, tf_device: str, config: ConfigProto, target: str = ""):
         import tensorflow as tf
 
         self.graph = tf.Graph()
@@ -124,7 +129,7 @@ class _Session:
         if init_op:
             self.sess.run(init_op)
 
-    def run(self, fetch: str, feed: Mapping[str, np.ndarray], traced: bool) -> tuple[Any, float]:
+    def run(self, fetch: str, feed: Mapping[str, np.ndarray], traced: bool) -> tuple[StepStats | None, float]:
         import tensorflow as tf
 
         if not traced:
@@ -143,7 +148,7 @@ class _Session:
 
 def profile_steps(steps: Mapping[int, TrainStep], *, repeats: int = 5, warmup: int = 2,
                   device: str = "local", inter_op_threads: int | None = 1,
-                  op_types: Mapping[str, str] | None = None, info: Mapping[str, Any] | None = None,
+                  op_types: Mapping[str, str] | None = None, info: Mapping[str, object] | None = None,
                   statistic: str = "median", target: str = "", device_type: str | None = None) -> OpProfile:
     """Trace `repeats` steps at each batch size (keys of `steps`) and fit the per-op linear models.
 
@@ -186,7 +191,8 @@ def _checked_arguments(steps: Mapping[int, TrainStep], repeats: int, warmup: int
 
 
 def trace_steps(steps: Mapping[int, TrainStep], batch_sizes: Sequence[int], *, repeats: int, warmup: int,
-                tf_device: str, config: Any, target: str = "", rewritten_config: Any = None) -> Traces:
+                tf_device: str, config: ConfigProto, target: str = "", rewritten_config: ConfigProto | None = None
+                ) -> Traces:
     """Run the steps: warm-up, then `repeats` traced steps per batch size round-robin (drift on a
     shared machine hits every batch size alike), then as many untraced ones for the wall clock.
     With `rewritten_config` (the same settings with TensorFlow's graph rewrites on), then as many
@@ -201,7 +207,7 @@ def trace_steps(steps: Mapping[int, TrainStep], batch_sizes: Sequence[int], *, r
     rewritten: list[list[float]] | None = None
     kernel_timeline = False
 
-    def sessions_for(cfg: Any, graphs: dict[int, _Session]) -> dict[int, _Session]:
+    def sessions_for(cfg: ConfigProto, graphs: dict[int, _Session]) -> dict[int, _Session]:
         out = {}
         for b in batch_sizes:
             st = steps[b]
@@ -246,7 +252,7 @@ def trace_steps(steps: Mapping[int, TrainStep], batch_sizes: Sequence[int], *, r
     return Traces(tuple(batch_sizes), raw, walls, kernel_timeline, rewritten)
 
 
-def check_same_ops(graph_defs: Mapping[int, Any]) -> None:
+def check_same_ops(graph_defs: Mapping[int, GraphDef]) -> None:
     """Raise ProfileError unless the graphs built at different batch sizes have the same op names
     (the per-op model compares one op across batch sizes)."""
     items = sorted(graph_defs.items())
@@ -291,7 +297,7 @@ def profile_model(name: str, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, *
                          inter_op_threads=inter_op_threads, info=info, target=target, device_type=device_type)
 
 
-def _jsonable(v: Any) -> Any:
+def _jsonable(v: object) -> int | float | str | bool | None:
     return v if isinstance(v, (int, float, str, bool, type(None))) else repr(v)
 
 

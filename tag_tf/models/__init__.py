@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import collections
-from typing import Any
 
 from tag_tf.errors import ModelError
 from tag_tf.models import bert, cnn, mlp, slim_nets, transformer
@@ -51,7 +50,7 @@ def model_spec(name: str) -> ModelSpec:
 def build_model(name: str, *, batch_size: int | None = None, input_size: int | None = None, tiny: bool = False,
                 dtype: str = "float32", dynamic_batch: bool = False, dropout: float | None = None,
                 resource_variables: bool = True, optimizer: str = "adam", batch_norm: bool | None = None,
-                seed: int = 0, **overrides: Any) -> ModelGraph:
+                seed: int = 0, **overrides: object) -> ModelGraph:
     """Build model `name` as a TF1 training graph in a fresh tf.Graph.
 
     input_size is the image side (CNNs), sequence length (transformer, BERT) or feature count (mlp).
@@ -70,7 +69,7 @@ def build_model(name: str, *, batch_size: int | None = None, input_size: int | N
 def model_forward(name: str, *, batch_size: int | None = None, input_size: int | None = None, tiny: bool = False,
                   dtype: str = "float32", dynamic_batch: bool = False, dropout: float | None = None,
                   resource_variables: bool = True, optimizer: str = "adam", batch_norm: bool | None = None,
-                  seed: int = 0, **overrides: Any) -> tuple[ForwardFn, dict, BuildOptions]:
+                  seed: int = 0, **overrides: object) -> tuple[ForwardFn, dict, BuildOptions]:
     """The forward pass build_model would wrap, with the same arguments and checks.
 
     Returns (forward, config, opts): forward(inputs) builds the model from `inputs.add(...)` tensors
@@ -99,7 +98,7 @@ def model_forward(name: str, *, batch_size: int | None = None, input_size: int |
         raise ModelError(f"model {name!r}: batch_norm must be None, True or False, got {batch_norm!r}")
     common = {key: overrides.pop(key) for key in _COMMON_OVERRIDES if key in overrides}
     learning_rate = common.get("learning_rate")
-    if learning_rate is not None and (not isinstance(learning_rate, (int, float)) or not learning_rate > 0):
+    if not (learning_rate is None or (isinstance(learning_rate, (int, float)) and learning_rate > 0)):
         raise ModelError(f"model {name!r}: learning_rate must be a positive number, got {learning_rate!r}")
     opts = BuildOptions(
         batch_size=batch_size, input_size=input_size, dtype=dtype, dynamic_batch=bool(dynamic_batch),
@@ -110,7 +109,7 @@ def model_forward(name: str, *, batch_size: int | None = None, input_size: int |
     return forward, config, opts
 
 
-def describe(model: ModelGraph) -> dict[str, Any]:
+def describe(model: ModelGraph) -> dict[str, object]:
     """Size summary: node count, parameter count/MiB, and a histogram of op types."""
     op_types = collections.Counter(node.op for node in model.graph_def.node)
     return {

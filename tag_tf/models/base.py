@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tag_tf.ir.graph import Graph
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +51,7 @@ class ModelGraph:
         b = self.batch_size if batch_size is None else batch_size
         return {f"{spec.name}:0": spec.sample(rng, b) for spec in self.inputs}
 
-    def ir(self) -> Any:
+    def ir(self) -> Graph:
         """The graph as tag_tf's IR, with its train op, loss and batch inputs named."""
         from tag_tf.ir import from_graph_def
 

@@ -13,7 +13,7 @@ from tag_tf.models.training import BuildOptions, ForwardFn, Inputs, ModelSpec, c
 @dataclasses.dataclass(frozen=True)
 class CNNConfig:
     channels: int = 1               # input image channels (MNIST-like by default)
-    filters: tuple[int, int] = (32, 64)
+    filters: tuple[int, ...] = (32, 64)   # two conv layers' filters (checked in make_forward)
     kernel: int = 5
     dense_units: int = 256
     num_classes: int = 10

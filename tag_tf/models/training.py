@@ -3,13 +3,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import tensorflow as tf
 
 from tag_tf.errors import ModelError
 from tag_tf.models.base import InputSpec, ModelGraph
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Config = TypeVar("Config", bound="DataclassInstance")     # a model's config dataclass
 
 DTYPES = ("float16", "float32", "float64")
 
@@ -137,7 +142,7 @@ def build_training_graph(name: str, opts: BuildOptions, forward: ForwardFn,
     )
 
 
-def resolve_config(model: str, base: Any, overrides: dict[str, object]) -> Any:
+def resolve_config(model: str, base: Config, overrides: dict[str, object]) -> Config:
     """dataclasses.replace(base, **overrides), with a ModelError naming any unknown key."""
     known = {f.name for f in dataclasses.fields(base)}
     unknown = sorted(set(overrides) - known)

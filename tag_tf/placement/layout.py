@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
@@ -31,7 +30,7 @@ from tag_tf.analysis.grouping import UnionFind, colocation_pairs, group_ops
 from tag_tf.analysis.simplify import PlanningGraph, training_ops
 from tag_tf.analysis.states import Flag, Kind
 from tag_tf.errors import StrategyError
-from tag_tf.ir import opsets
+from tag_tf.ir import Graph, TensorRef, opsets
 from tag_tf.strategy import GroupPlan, Option, Strategy, split_counts
 
 HOST = -1   # the chief's host device (CPU of task 0): non-training ops without a better place
@@ -179,7 +178,7 @@ def validated_duplicates(analysis: Analysis, strategy: Strategy, coloc: Colocati
     return dup
 
 
-def _replicated_partial(analysis: Analysis, strategy: Strategy, ref: Any, dup: frozenset[str]) -> bool:
+def _replicated_partial(analysis: Analysis, strategy: Strategy, ref: TensorRef, dup: frozenset[str]) -> bool:
     """`ref` is a per-replica partial sum of an op that stays replicated."""
     host = analysis.planning.host.get(ref.op)
     if host is None or host in dup:
@@ -280,7 +279,7 @@ def _group_layout(plan: GroupPlan, strategy: Strategy, batch: int, dynamic: bool
     return Layout(Mode.REPLICATED, plan.devices, counts, weights if dynamic else (), plan.option)
 
 
-def keeps_state(graph: Any, op: str) -> bool:
+def keeps_state(graph: Graph, op: str) -> bool:
     """A variable or an op writing one (or a table): in a micro-batched group it runs once per
     device, not once per micro-batch."""
     kind = graph.op(op).type

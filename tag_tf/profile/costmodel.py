@@ -39,13 +39,15 @@ import json
 import math
 import types
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 
 from tag_tf.profile.flops import CLASS_INDEX, OP_CLASSES, KernelShapes, OpWork
 
 if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
     from tag_tf.ir.graph import Graph
     from tag_tf.profile.kernels import KernelTable
     from tag_tf.profile.op_profile import OpProfile
@@ -59,6 +61,23 @@ _PRIOR_COMPUTE = {"matmul": 0.7, "conv": 0.55, "elementwise": 0.3, "reduction": 
                   "optimizer": 0.3, "none": 1.0}
 _PRIOR_MEMORY = {"matmul": 0.7, "conv": 0.6, "elementwise": 0.75, "reduction": 0.6, "data": 0.6,
                  "optimizer": 0.75, "none": 1.0}
+
+
+class CostModelConstantsDict(TypedDict):
+    """`CostModelConstants.to_dict()` (JSON); `from_dict` needs the first three keys only."""
+
+    device: str
+    compute_eff: dict[str, float]
+    mem_eff: dict[str, float]
+    launch_overhead_s: NotRequired[float | None]
+    host_overhead_s: NotRequired[float | None]
+    class_overhead_s: NotRequired[dict[str, float]]
+    calibrated: NotRequired[bool]
+    fit: NotRequired[dict[str, object]]
+
+
+# What `calibrate` fits to: the OpWork of each measured op, or (flops, bytes, classes) arrays.
+Works = Sequence[OpWork] | tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +96,7 @@ class CostModelConstants:
     host_overhead_s: float | None = None
     class_overhead_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
     calibrated: bool = False
-    fit: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    fit: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for field in ("compute_eff", "mem_eff"):
@@ -107,20 +126,20 @@ class CostModelConstants:
         out[CLASS_INDEX["none"]] = host
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CostModelConstantsDict:
         return {"device": self.device, "compute_eff": dict(self.compute_eff), "mem_eff": dict(self.mem_eff),
                 "launch_overhead_s": self.launch_overhead_s, "host_overhead_s": self.host_overhead_s,
                 "class_overhead_s": dict(self.class_overhead_s), "calibrated": self.calibrated,
                 "fit": dict(self.fit)}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> CostModelConstants:
-        def opt(key: str) -> float | None:
-            return None if d.get(key) is None else float(d[key])
+    def from_dict(cls, d: CostModelConstantsDict) -> CostModelConstants:
+        def opt(value: float | None) -> float | None:
+            return None if value is None else float(value)
 
         return cls(device=str(d["device"]), compute_eff={k: float(v) for k, v in d["compute_eff"].items()},
                    mem_eff={k: float(v) for k, v in d["mem_eff"].items()},
-                   launch_overhead_s=opt("launch_overhead_s"), host_overhead_s=opt("host_overhead_s"),
+                   launch_overhead_s=opt(d.get("launch_overhead_s")), host_overhead_s=opt(d.get("host_overhead_s")),
                    class_overhead_s={k: float(v) for k, v in dict(d.get("class_overhead_s") or {}).items()},
                    calibrated=bool(d.get("calibrated", False)), fit=dict(d.get("fit", {})))
 
@@ -237,7 +256,7 @@ class CostModel:
         return t
 
 
-def _class_indices(classes: Any, shape: tuple[int, ...]) -> np.ndarray:
+def _class_indices(classes: ArrayLike | None, shape: tuple[int, ...]) -> np.ndarray:
     if classes is None:
         return np.full(shape, CLASS_INDEX["elementwise"], dtype=np.int64)
     arr = np.asarray(classes)
@@ -249,7 +268,7 @@ def _class_indices(classes: Any, shape: tuple[int, ...]) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # Calibration
 # ---------------------------------------------------------------------------------------------
-def _works_arrays(works: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _works_arrays(works: Works) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(flops, bytes, class index) from a sequence of OpWork or a (flops, bytes, classes) triple."""
     if isinstance(works, tuple) and len(works) == 3 and not isinstance(works[0], OpWork):
         f, b, c = works
@@ -275,7 +294,7 @@ def fit_stats(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
 
 
 def _fit_class(f: np.ndarray, b: np.ndarray, logt: np.ndarray, w: np.ndarray, peak: float, bw: float,
-               grids: tuple[np.ndarray, np.ndarray, np.ndarray], prior: tuple[float, float, float], reg: float
+               grids: Sequence[np.ndarray], prior: tuple[float, float, float], reg: float
                ) -> tuple[float, float, float]:
     """Grid-search (overhead, compute eff, memory eff) of one op class: weighted squared log error
     plus `reg` * squared log distance to the prior (per parameter)."""
@@ -295,15 +314,14 @@ def _fit_class(f: np.ndarray, b: np.ndarray, logt: np.ndarray, w: np.ndarray, pe
     return best[1]
 
 
-def _refine(values: tuple[float, float, float], steps: tuple[float, float, float], points: int = 9
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return tuple(v * np.geomspace(1 / s, s, points) for v, s in zip(values, steps))  # type: ignore[return-value]
+def _refine(values: Sequence[float], steps: Sequence[float], points: int = 9) -> tuple[np.ndarray, ...]:
+    return tuple(v * np.geomspace(1 / s, s, points) for v, s in zip(values, steps))
 
 
 _MAX_FIT_SAMPLES = 3000   # per class: a deterministic subsample keeps the grid search ~0.1 s per class
 
 
-def calibrate(measured_times: Sequence[float] | np.ndarray, works: Any, device: GpuType | str, *,
+def calibrate(measured_times: Sequence[float] | np.ndarray, works: Works, device: GpuType | str, *,
               prior: CostModelConstants | None = None, reg: float = 0.2, weight_power: float = 0.5,
               eff_range: tuple[float, float] = (0.03, 3.0)) -> CostModelConstants:
     """Fit per-class overheads and efficiency factors of `device` (GpuType or name) to measured op
@@ -377,7 +395,7 @@ def calibrate(measured_times: Sequence[float] | np.ndarray, works: Any, device: 
                                    launch_overhead_s=launch, host_overhead_s=host, class_overhead_s=overheads,
                                    calibrated=True)
     pred = CostModel(constants).times(f, b, gpu, cls)
-    stats: dict[str, Any] = dict(fit_stats(pred, t))
+    stats: dict[str, object] = dict(fit_stats(pred, t))
     stats["classes"] = counts
     stats["weight_power"] = weight_power
     return dataclasses.replace(constants, fit=stats)
@@ -421,12 +439,14 @@ def calibration_samples(profile: OpProfile, graphs: Mapping[int, Graph]) -> tupl
     return np.concatenate(times), (np.concatenate(fl), np.concatenate(by), np.concatenate(cl))
 
 
-def load_constants(source: str | Mapping[str, Any]) -> tuple[CostModelConstants, ...]:
+def load_constants(source: str | Mapping[str, object]) -> tuple[CostModelConstants, ...]:
     """Constants from a JSON file or dict: {"constants": [...]} (costmodel.json) or one constants dict."""
     if isinstance(source, str):
         with open(source, encoding="utf-8") as fh:
-            source = json.load(fh)
-    items = source.get("constants", [source]) if isinstance(source, Mapping) else source
+            doc = json.load(fh)
+    else:
+        doc = source
+    items = doc.get("constants", [doc]) if isinstance(doc, Mapping) else doc
     if isinstance(items, Mapping):
         items = list(items.values())
     return tuple(CostModelConstants.from_dict(d) for d in items)

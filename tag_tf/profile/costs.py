@@ -19,8 +19,8 @@ Where the times come from, per device type:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
 
 import numpy as np
 
@@ -32,6 +32,17 @@ from tag_tf.profile.flops import GraphWork, graph_work_detail
 if TYPE_CHECKING:
     from tag_tf.profile.op_profile import OpProfile
     from tag_tf.topology.gpus import GpuType
+
+
+class OpCostsDict(TypedDict):
+    """`OpCosts.to_dict()` (JSON)."""
+
+    op_names: list[str]
+    device_types: list[str]
+    fixed: list[list[float]]
+    per_sample: list[list[float]]
+    source: dict[str, str]
+    modes: NotRequired[dict[str, dict[str, str]]]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -72,13 +83,13 @@ class OpCosts:
         i = self.op_index()[op_name]
         return float(self.fixed[d, i] + self.per_sample[d, i] * samples)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> OpCostsDict:
         return {"op_names": list(self.op_names), "device_types": list(self.device_types),
                 "fixed": self.fixed.tolist(), "per_sample": self.per_sample.tolist(), "source": dict(self.source),
                 "modes": {k: dict(v) for k, v in self.modes.items()}}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> OpCosts:
+    def from_dict(cls, d: OpCostsDict) -> OpCosts:
         return cls(tuple(d["op_names"]), tuple(d["device_types"]), np.asarray(d["fixed"], dtype=np.float64),
                    np.asarray(d["per_sample"], dtype=np.float64), dict(d["source"]),
                    {k: dict(v) for k, v in dict(d.get("modes") or {}).items()})

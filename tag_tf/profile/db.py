@@ -20,7 +20,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from tag_tf.context import default_cache_dir
 from tag_tf.datafiles import write_atomic
@@ -34,7 +34,15 @@ log = logging.getLogger(__name__)
 class SupportsToDict(Protocol):
     """A model stored as the dict it gives (`profile.comm.CommModel`)."""
 
-    def to_dict(self) -> dict[str, Any]: ...
+    def to_dict(self) -> Mapping[str, object]: ...
+
+
+class OpProfileKey(TypedDict):
+    """What an op profile is stored under."""
+
+    fingerprint: str
+    device_type: str
+    batch_sizes: list[int]
 
 
 def default_db_path() -> str:
@@ -63,7 +71,7 @@ class ProfileDB:
     def _file(self, kind: str, *parts: str) -> str:
         return os.path.join(self.path, kind, "__".join(_safe(p) for p in parts) + ".json")
 
-    def _read(self, path: str, key: Mapping[str, Any]) -> Any:
+    def _read(self, path: str, key: Mapping[str, object]) -> Any:
         try:
             with open(path, encoding="utf-8") as fh:
                 doc = json.load(fh)
@@ -77,7 +85,7 @@ class ProfileDB:
             return None
         return doc.get("value")
 
-    def _write(self, path: str, key: Mapping[str, Any], value: Any) -> str:
+    def _write(self, path: str, key: Mapping[str, object], value: object) -> str:
         try:
             write_atomic(path, json.dumps({"format": _FORMAT, "key": _jsonable(key), "value": value},
                                           default=_json_default))
@@ -87,7 +95,7 @@ class ProfileDB:
 
     # -- op profiles -----------------------------------------------------------------------------
     @staticmethod
-    def _op_key(fingerprint: str, device_type: str, batch_sizes: Sequence[int]) -> dict[str, Any]:
+    def _op_key(fingerprint: str, device_type: str, batch_sizes: Sequence[int]) -> OpProfileKey:
         return {"fingerprint": str(fingerprint), "device_type": str(device_type),
                 "batch_sizes": sorted(int(b) for b in batch_sizes)}
 
@@ -127,7 +135,7 @@ class ProfileDB:
         self.put_op_profile(profile, fingerprint, device_type, batch_sizes)
         return profile, False
 
-    def list_op_profiles(self) -> list[dict[str, Any]]:
+    def list_op_profiles(self) -> list[OpProfileKey]:
         """Keys of the stored op profiles."""
         folder = os.path.join(self.path, "ops")
         out = []
@@ -148,7 +156,7 @@ class ProfileDB:
         value = self._read(self._file("comm", key["topology"]), key)
         return value if isinstance(value, dict) else None
 
-    def put_comm(self, topology_fingerprint: str, comm: SupportsToDict | Mapping[str, Any]) -> str:
+    def put_comm(self, topology_fingerprint: str, comm: SupportsToDict | Mapping[str, object]) -> str:
         """Store a communication model: a dict or an object with `to_dict()`."""
         value = comm.to_dict() if hasattr(comm, "to_dict") else comm
         if not isinstance(value, Mapping):
@@ -191,7 +199,7 @@ class ProfileDB:
         return CostModel(found)
 
 
-def _json_default(o: Any) -> Any:
+def _json_default(o: object) -> object:
     if hasattr(o, "tolist"):          # numpy arrays and scalars
         return o.tolist()
     if hasattr(o, "to_dict"):
@@ -199,7 +207,7 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"cannot store {type(o).__name__} in the profile database")
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> object:
     """Round-trip through JSON so stored keys compare equal to what is read back (tuples -> lists)."""
     return json.loads(json.dumps(value, default=_json_default))
 

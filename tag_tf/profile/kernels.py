@@ -74,7 +74,7 @@ import math
 import os
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 
@@ -97,6 +97,32 @@ _WINOGRAD_MIN_CHANNELS = 128
 _WINOGRAD_MIN_SPATIAL = 14 * 14
 _WINOGRAD_MAX_INPUT = 256 * 2**20
 _WINOGRAD_MIN_SPATIAL_BACKWARD = 28 * 28
+
+
+class ModeParamsDict(TypedDict):
+    """`ModeParams.to_dict()` (JSON); `from_dict` defaults the keys not required."""
+
+    eff: dict[str, list[float]]
+    harness_s: list[float]
+    harness_bmm_s: float
+    mem_eff: float
+    k0: float
+    p: float
+    transposed: float
+    n0: NotRequired[float]
+    winograd: NotRequired[list[float]]
+    convert: NotRequired[float]
+    p_mm: NotRequired[float]
+    harness_q: NotRequired[float]
+    ramp_s: NotRequired[float]
+
+
+class KernelTableDict(TypedDict):
+    """`KernelTable.to_dict()`: the layout of data/gpu_kernels.json."""
+
+    format: str
+    source: NotRequired[dict[str, object]]
+    modes: dict[str, ModeParamsDict]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,14 +158,14 @@ class ModeParams:
         object.__setattr__(self, "eff", MappingProxyType(eff))
         object.__setattr__(self, "harness_s", (float(self.harness_s[0]), float(self.harness_s[1])))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ModeParamsDict:
         return {"eff": {k: list(v) for k, v in self.eff.items()}, "harness_s": list(self.harness_s),
                 "harness_bmm_s": self.harness_bmm_s, "mem_eff": self.mem_eff, "k0": self.k0, "p": self.p,
                 "transposed": self.transposed, "n0": self.n0, "winograd": list(self.winograd), "convert": self.convert,
                 "p_mm": self.p_mm, "harness_q": self.harness_q, "ramp_s": self.ramp_s}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ModeParams:
+    def from_dict(cls, d: ModeParamsDict) -> ModeParams:
         return cls(eff={k: (float(v[0]), float(v[1])) for k, v in d["eff"].items()},
                    harness_s=(float(d["harness_s"][0]), float(d["harness_s"][1])),
                    harness_bmm_s=float(d["harness_bmm_s"]), mem_eff=float(d["mem_eff"]), k0=float(d["k0"]),
@@ -154,7 +180,7 @@ class KernelTable:
     """Per-mode kernel parameters and where they come from."""
 
     modes: Mapping[str, ModeParams]
-    source: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    source: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         missing = [m for m in MODES if m not in self.modes]
@@ -163,12 +189,12 @@ class KernelTable:
         object.__setattr__(self, "modes", MappingProxyType(dict(self.modes)))
         object.__setattr__(self, "source", MappingProxyType(dict(self.source)))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> KernelTableDict:
         return {"format": FORMAT, "source": dict(self.source),
                 "modes": {m: p.to_dict() for m, p in self.modes.items()}}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> KernelTable:
+    def from_dict(cls, d: KernelTableDict) -> KernelTable:
         if d.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} table (format {d.get('format')!r})")
         return cls({m: ModeParams.from_dict(p) for m, p in d["modes"].items()}, dict(d.get("source", {})))

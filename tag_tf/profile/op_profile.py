@@ -30,11 +30,15 @@ import dataclasses
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
 from tag_tf.errors import ProfileError
+
+if TYPE_CHECKING:
+    from tensorflow.core.framework.graph_pb2 import GraphDef
+    from tensorflow.core.framework.step_stats_pb2 import NodeExecStats, StepStats
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,24 @@ _GPU_TIMELINE = re.compile(r"/device:GPU:\d+/")   # stream / memcpy / sync pseud
 # ---------------------------------------------------------------------------------------------
 # The profile
 # ---------------------------------------------------------------------------------------------
+class OpProfileDict(TypedDict):
+    """`OpProfile.to_dict()` (JSON; see there); `from_dict` defaults the keys not required."""
+
+    device_type: str
+    op_names: list[str]
+    fixed: list[float]
+    per_sample: list[float]
+    batch_sizes: list[int]
+    times: list[list[float | None]]
+    op_types: NotRequired[list[str]]
+    raw_ns: NotRequired[list[list[list[int]]]]
+    step_times: NotRequired[list[float] | None]
+    repeats: NotRequired[int]
+    fingerprint: NotRequired[str]
+    info: NotRequired[dict[str, object]]
+    rewritten_step_times: NotRequired[list[float] | None]
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class OpProfile:
     """Per-op linear time models measured on one device type (seconds).
@@ -128,7 +150,7 @@ class OpProfile:
         return [(self.op_names[i], types[i], float(t[i])) for i in order]
 
     # -- serialisation (JSON-ready; raw times as integer nanoseconds, -1 = missing) ------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> OpProfileDict:
         raw = np.where(np.isnan(self.raw), -1, np.round(self.raw * 1e9)).astype(np.int64)
         return {
             "device_type": self.device_type, "op_names": list(self.op_names), "op_types": list(self.op_types),
@@ -141,7 +163,7 @@ class OpProfile:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> OpProfile:
+    def from_dict(cls, d: OpProfileDict) -> OpProfile:
         n, k = len(d["op_names"]), len(d["batch_sizes"])
         raw = np.asarray(d.get("raw_ns", []), dtype=np.float64)
         raw = np.where(raw < 0, np.nan, raw * 1e-9) if raw.size else np.full((k, 0, n), np.nan)
@@ -265,13 +287,13 @@ class quiet_nan_warnings:
 # ---------------------------------------------------------------------------------------------
 # Step stats -> per-op times
 # ---------------------------------------------------------------------------------------------
-def _interval_ns(ns: Any) -> float:
+def _interval_ns(ns: NodeExecStats) -> float:
     if ns.all_start_nanos:
         return float(ns.op_end_rel_nanos - ns.op_start_rel_nanos)
     return 1000.0 * float(ns.op_end_rel_micros - ns.op_start_rel_micros)
 
 
-def op_times_from_step_stats(step_stats: Any) -> dict[str, float]:
+def op_times_from_step_stats(step_stats: StepStats) -> dict[str, float]:
     """Per-op compute time in seconds from a RunMetadata.step_stats (see the module docstring)."""
     executor: dict[str, float] = {}
     kernels: dict[str, float] = {}
@@ -292,7 +314,7 @@ def op_times_from_step_stats(step_stats: Any) -> dict[str, float]:
     return executor
 
 
-def has_kernel_timeline(step_stats: Any) -> bool:
+def has_kernel_timeline(step_stats: StepStats) -> bool:
     """Whether a GPU trace carries the per-kernel stream timeline (it does not without CUPTI)."""
     return any(KERNEL_STREAM.search(d.device) for d in step_stats.dev_stats)
 
@@ -315,9 +337,9 @@ class Traces:
     rewritten_walls: list[list[float]] | None = None     # the same steps with TensorFlow's graph rewrites
 
 
-def profile_from_traces(traces: Traces, graph_def: Any, train_op: str, feed: Mapping[str, Any], *,
+def profile_from_traces(traces: Traces, graph_def: GraphDef, train_op: str, feed: Mapping[str, object], *,
                         device_type: str, statistic: str = "median", op_types: Mapping[str, str] | None = None,
-                        info: Mapping[str, Any] | None = None) -> OpProfile:
+                        info: Mapping[str, object] | None = None) -> OpProfile:
     """The OpProfile of `traces` taken on the step (`graph_def`, `train_op`, `feed`) of the first
     batch size: ops in graph order, repeats reduced by `statistic`, lines fitted."""
     if statistic not in STATISTICS:
@@ -355,7 +377,7 @@ def profile_from_traces(traces: Traces, graph_def: Any, train_op: str, feed: Map
                                            np.array([float(np.median(w)) for w in traces.rewritten_walls])))
 
 
-def untraced_ops(graph_def: Any, train_op: str, traced: set[str], feed: Mapping[str, Any]
+def untraced_ops(graph_def: GraphDef, train_op: str, traced: set[str], feed: Mapping[str, object]
                   ) -> tuple[dict[str, str], list[str]]:
     """Ops the step must run that left no trace: ({op: traced consumer whose kernel absorbed it},
     [others]). Runtime passes outside Grappler fuse ops (oneDNN turns Conv2D+BiasAdd into one kernel

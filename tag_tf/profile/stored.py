@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from tag_tf.profile.costmodel import CostModel
 from tag_tf.profile.costs import canonical_device_type
-from tag_tf.profile.db import ProfileDB
+from tag_tf.profile.db import OpProfileKey, ProfileDB
 from tag_tf.profile.op_profile import OpProfile, RuntimeFit
 
 
@@ -63,7 +63,7 @@ def stored_costs(db: ProfileDB, device_types: Sequence[str], fingerprints: Itera
     known = set(fingerprints)
     rebuilt: dict[int, str | None] = {}
 
-    def matches(key: Mapping) -> bool:
+    def matches(key: OpProfileKey) -> bool:
         if key["fingerprint"] in known:
             return True
         if rebuild is None:
@@ -76,7 +76,7 @@ def stored_costs(db: ProfileDB, device_types: Sequence[str], fingerprints: Itera
                 rebuilt[b] = None
         return rebuilt[b] == key["fingerprint"]
 
-    best: dict[str, dict] = {}
+    best: dict[str, OpProfileKey] = {}
     for key in db.list_op_profiles():
         dt = canonical_device_type(key.get("device_type", ""))
         if dt not in wanted or not key.get("batch_sizes"):

@@ -26,13 +26,24 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, TypedDict, cast
 
 from tag_tf.errors import ClusterError
 from tag_tf.runtime.sessions import DEFAULT_TIMEOUT_MS, session_config
 
 if TYPE_CHECKING:
+    from tensorflow.core.protobuf.config_pb2 import ConfigProto
+
     from tag_tf.topology.spec import Topology
+
+
+class ClusterSpecDict(TypedDict):
+    """`ClusterSpec.to_dict()`: the cluster file's fields."""
+
+    job: str
+    tasks: list[str]
+    cpus_per_task: int
+    timeout_ms: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,13 +64,13 @@ class ClusterSpec:
     def target_of(self, task: int) -> str:
         return f"grpc://{self.tasks[task]}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ClusterSpecDict:
         return {"job": self.job, "tasks": list(self.tasks), "cpus_per_task": self.cpus_per_task,
                 "timeout_ms": self.timeout_ms}
 
     @classmethod
     def load(cls, path: str) -> ClusterSpec:
-        import yaml
+        import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
 
         from tag_tf.datafiles import CLUSTER_FILE_LIMIT, read_text
 
@@ -92,10 +103,10 @@ class ClusterSpec:
         with open(path, "w") as f:
             json.dump(self.to_dict(), f)
 
-    def server_config(self) -> Any:
+    def server_config(self) -> ConfigProto:
         return self.session_config()
 
-    def session_config(self, *, timeout_ms: int | None = None, device_filters: Sequence[str] = ()) -> Any:
+    def session_config(self, *, timeout_ms: int | None = None, device_filters: Sequence[str] = ()) -> ConfigProto:
         """The ConfigProto of this cluster's servers and sessions: `cpus_per_task` CPU devices, the
         collective leader, the cluster's timeout (or `timeout_ms`); `device_filters` for a session that
         must only wait for some tasks."""
@@ -238,20 +249,26 @@ class LocalCluster:
         self.start_timeout_s = start_timeout_s
         self.hide_gpus = hide_gpus
         self.spec: ClusterSpec | None = None
-        self.procs: list[subprocess.Popen] = []
-        self._logs: list[Any] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list[IO[str]] = []
         self._keys = itertools.count(1)
         self._dir = ""
 
     @property
-    def target(self) -> str:
-        return self.spec.target
+    def running(self) -> ClusterSpec:
+        """The spec of the started servers."""
+        assert self.spec is not None, "the local cluster is not started"
+        return self.spec
 
-    def session_config(self) -> Any:
-        return self.spec.session_config()
+    @property
+    def target(self) -> str:
+        return self.running.target
+
+    def session_config(self) -> ConfigProto:
+        return self.running.session_config()
 
     def device(self, task: int, index: int = 0) -> str:
-        return f"/job:{self.spec.job}/replica:0/task:{task}/device:CPU:{index}"
+        return f"/job:{self.running.job}/replica:0/task:{task}/device:CPU:{index}"
 
     def next_key(self) -> int:
         """A fresh collective key: servers cache collective parameters per key across sessions."""
@@ -261,7 +278,7 @@ class LocalCluster:
         self.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def start(self, attempts: int = 3) -> None:
@@ -297,7 +314,10 @@ class LocalCluster:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout_s
-        waiting = {p.stdout: i for i, p in enumerate(self.procs)}
+        waiting: dict[IO[bytes], int] = {}
+        for i, p in enumerate(self.procs):
+            assert p.stdout is not None       # started with stdout=PIPE
+            waiting[p.stdout] = i
         sel = selectors.DefaultSelector()
         for f in waiting:
             sel.register(f, selectors.EVENT_READ)
@@ -308,9 +328,10 @@ class LocalCluster:
                     raise ClusterError(f"local cluster: task(s) {sorted(waiting.values())} not ready after "
                                        f"{self.start_timeout_s:.0f} s (logs in {self._dir})")
                 for key, _ in sel.select(timeout=min(left, 1.0)):
-                    task = waiting.pop(key.fileobj)
-                    sel.unregister(key.fileobj)
-                    line = key.fileobj.readline().decode(errors="replace").strip()
+                    stream = cast("IO[bytes]", key.fileobj)      # one of the pipes registered above
+                    task = waiting.pop(stream)
+                    sel.unregister(stream)
+                    line = stream.readline().decode(errors="replace").strip()
                     if not line.startswith(READY):
                         raise ClusterError(f"local cluster: task {task} failed to start: {self._tail(task) or line}")
         finally:
@@ -335,10 +356,10 @@ class LocalCluster:
 
 @contextlib.contextmanager
 def local_cluster(num_tasks: int, cpus_per_task: int = 1, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
-                  start_timeout_s: float = 120.0) -> Iterator[tuple[ClusterSpec, list[subprocess.Popen]]]:
+                  start_timeout_s: float = 120.0) -> Iterator[tuple[ClusterSpec, list[subprocess.Popen[bytes]]]]:
     """Start `num_tasks` server processes on 127.0.0.1; yields (spec, processes); stops them by PID."""
     with LocalCluster(num_tasks, cpus_per_task, timeout_ms=timeout_ms, start_timeout_s=start_timeout_s) as c:
-        yield c.spec, c.procs
+        yield c.running, c.procs
 
 
 def stop(procs: Sequence[subprocess.Popen]) -> None:
@@ -358,7 +379,7 @@ def cpu_topology(num_tasks: int, cpus_per_task: int) -> Topology:
     from tag_tf.topology.load import load_topology
 
     machines = [{"name": f"task{i}", "gpus": f"{cpus_per_task}x cpu", "intra": "local"} for i in range(num_tasks)]
-    spec = {"name": f"cpu-{num_tasks}x{cpus_per_task}", "machines": machines}
+    spec: dict[str, object] = {"name": f"cpu-{num_tasks}x{cpus_per_task}", "machines": machines}
     if num_tasks > 1:
         spec["inter"] = {"switch": "10Gbps"}
     return load_topology(spec)

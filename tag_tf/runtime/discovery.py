@@ -13,11 +13,15 @@ import os
 import socket
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tag_tf.context import EMULATED_HOST_ENV
 from tag_tf.errors import ClusterError
 from tag_tf.runtime.sessions import session_config
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+    from tensorflow.core.protobuf.config_pb2 import ConfigProto
 
 VARIABLE = "tag_tf_devices"
 
@@ -35,7 +39,7 @@ class Cluster(Protocol):
     @property
     def target(self) -> str: ...
 
-    def session_config(self, *, timeout_ms: int | None = None, device_filters: Sequence[str] = ()) -> Any: ...
+    def session_config(self, *, timeout_ms: int | None = None, device_filters: Sequence[str] = ()) -> ConfigProto: ...
 
 
 def describe_here(cpus_per_task: int) -> dict:
@@ -66,7 +70,9 @@ def _cgroups() -> str:
                     if len(parts) == 3 and {"cpu", "cpuset"} & set(parts[1].split(",")))
 
 
-def _handle(tf: Any, device: str) -> Any:
+def _handle(device: str) -> tf.Tensor:
+    import tensorflow as tf
+
     with tf.device(device):
         return tf.raw_ops.VarHandleOp(dtype=tf.string, shape=[], shared_name=VARIABLE, container="")
 
@@ -77,7 +83,7 @@ def publish(target: str, job: str, task: int, description: dict, timeout_ms: int
 
     graph = tf.Graph()
     with graph.as_default():
-        assign = tf.raw_ops.AssignVariableOp(resource=_handle(tf, _cpu(job, task)),
+        assign = tf.raw_ops.AssignVariableOp(resource=_handle(_cpu(job, task)),
                                              value=tf.constant(json.dumps(description, sort_keys=True)))
     config = session_config(None, timeout_ms=timeout_ms, soft_placement=False,
                             device_filters=[f"/job:{job}/task:{task}"])
@@ -99,7 +105,7 @@ def _read_description(spec: Cluster, task: int, timeout_ms: int, settle_s: float
     graph = tf.Graph()
     with graph.as_default():
         with tf.device(_cpu(spec.job, task)):
-            read = tf.raw_ops.ReadVariableOp(resource=_handle(tf, _cpu(spec.job, task)), dtype=tf.string)
+            read = tf.raw_ops.ReadVariableOp(resource=_handle(_cpu(spec.job, task)), dtype=tf.string)
     deadline = time.monotonic() + settle_s
     with tf.compat.v1.Session(spec.target, graph=graph, config=config) as sess:
         while True:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,6 +13,9 @@ from tag_tf.analysis import Analysis
 from tag_tf.compiler import Compiled
 from tag_tf.runtime.sessions import import_graph, session_config
 from tag_tf.runtime.variables import VariableIO, max_rel_diff, typical_magnitude
+
+if TYPE_CHECKING:
+    from tensorflow.core.protobuf.config_pb2 import ConfigProto
 
 Feeds = Callable[[int], Mapping[str, np.ndarray]]   # step -> {tensor name: batch}
 
@@ -43,7 +46,7 @@ class EquivalenceResult:
     def ok(self) -> bool:
         return bool(self.max_rel_diff <= self.tolerance and np.isfinite(self.max_rel_diff))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         worst = sorted(self.per_variable.items(), key=lambda kv: -kv[1])[:5]
         return {"max_rel_diff": float(self.max_rel_diff), "steps": self.steps, "devices": self.devices,
                 "ok": self.ok, "tolerance": self.tolerance, "copies_max_diff": self.copies_max_diff,
@@ -146,8 +149,8 @@ def run_original(analysis: Analysis, feeds: Feeds, steps: int, *, timeout_ms: in
 
 
 def run_compiled(analysis: Analysis, compiled: Compiled, initial: Mapping[str, np.ndarray], feeds: Feeds,
-                 steps: int, *, target: str = "", config: Any = None, step_seconds: list[float] | None = None
-                 ) -> tuple[dict[str, np.ndarray], float, list[float]]:
+                 steps: int, *, target: str = "", config: ConfigProto | None = None,
+                 step_seconds: list[float] | None = None) -> tuple[dict[str, np.ndarray], float, list[float]]:
     """(final values, largest difference between copies, losses) of the compiled graph; the wall
     time of each step is appended to `step_seconds` when given."""
     import tensorflow as tf
@@ -231,7 +234,7 @@ def _draws_random(analysis: Analysis) -> bool:
 
 
 def check_equivalence(analysis: Analysis, compiled: Compiled, feeds: Feeds, steps: int, *,
-                      target: str = "", config: Any = None, tolerance: float = 1e-4,
+                      target: str = "", config: ConfigProto | None = None, tolerance: float = 1e-4,
                       original: OriginalRun | None = None, floor: float | None = None) -> EquivalenceResult:
     """`original` (same feeds and steps) and its noise `floor` may be passed to compare many
     strategies to one run. The compiled run passes when it is within `tolerance`, or within

@@ -4,7 +4,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+    from tensorflow.core.framework.graph_pb2 import GraphDef
+    from tensorflow.core.protobuf.config_pb2 import ConfigProto
 
 DEFAULT_TIMEOUT_MS = 60_000
 CLOSE_DEADLINE_S = 10.0
@@ -16,7 +21,7 @@ def session_config(num_cpus: int | None = 1, *, timeout_ms: int = DEFAULT_TIMEOU
                    collective_leader: str | None = None, soft_placement: bool = True,
                    num_gpus: int | None = None, device_filters: Sequence[str] = (),
                    inter_op_threads: int | None = None, intra_op_threads: int | None = None,
-                   gpu_allow_growth: bool = False, as_written: bool = False) -> Any:
+                   gpu_allow_growth: bool = False, as_written: bool = False) -> ConfigProto:
     """The ConfigProto of every session and server tag_tf starts: `num_cpus` virtual CPU devices
     and an operation timeout (a mistake then fails with DeadlineExceeded instead of hanging).
 
@@ -46,7 +51,7 @@ def session_config(num_cpus: int | None = 1, *, timeout_ms: int = DEFAULT_TIMEOU
     return config
 
 
-def keep_as_written(config: Any) -> Any:
+def keep_as_written(config: ConfigProto) -> ConfigProto:
     """Run every node as written: no Grappler, constant folding, CSE or inlining. Profiling needs
     this (traced node names must be the graph's, and no op may be folded away)."""
     from tensorflow.core.protobuf import config_pb2
@@ -60,7 +65,7 @@ def keep_as_written(config: Any) -> Any:
     return config
 
 
-def import_graph(graph_def: Any) -> Any:
+def import_graph(graph_def: GraphDef) -> tf.Graph:
     import tensorflow as tf
 
     g = tf.Graph()
@@ -69,7 +74,7 @@ def import_graph(graph_def: Any) -> Any:
     return g
 
 
-def close_within(close: Callable[[], Any], what: str, deadline_s: float = CLOSE_DEADLINE_S) -> bool:
+def close_within(close: Callable[[], object], what: str, deadline_s: float = CLOSE_DEADLINE_S) -> bool:
     """Call `close` (a session's close), giving up after `deadline_s`. Closing a distributed session
     tells every task to clean up and waits for each, with no deadline of its own: with a task that
     died it never returns. The close goes on in a daemon thread; False when it was abandoned."""

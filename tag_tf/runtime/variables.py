@@ -7,13 +7,16 @@ variable stayed identical.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    import tensorflow as tf
+
 
 class VariableIO:
-    def __init__(self, graph: Any, copies: Mapping[str, Sequence[str]], kinds: Mapping[str, str],
+    def __init__(self, graph: tf.Graph, copies: Mapping[str, Sequence[str]], kinds: Mapping[str, str],
                  dtypes: Mapping[str, str]):
         """`graph`: the live tf.Graph; `copies`: original variable name -> op names of its copies."""
         import tensorflow as tf
@@ -38,18 +41,19 @@ class VariableIO:
                 self._read[var] = reads
                 self._assign[var] = (value, assigns)
 
-    def read(self, session: Any, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    def read(self, session: tf.compat.v1.Session, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Values of the first copy of each variable."""
         names = list(self.copies) if names is None else list(names)
         values = session.run([self._read[n][0] for n in names])
         return dict(zip(names, values))
 
-    def read_all(self, session: Any, names: Sequence[str] | None = None) -> dict[str, list[np.ndarray]]:
+    def read_all(self, session: tf.compat.v1.Session, names: Sequence[str] | None = None
+                 ) -> dict[str, list[np.ndarray]]:
         names = list(self.copies) if names is None else list(names)
         values = session.run([self._read[n] for n in names])
         return dict(zip(names, values))
 
-    def load(self, session: Any, values: Mapping[str, np.ndarray]) -> None:
+    def load(self, session: tf.compat.v1.Session, values: Mapping[str, np.ndarray]) -> None:
         """Assign `values` to every copy of the named variables."""
         ops, feed = [], {}
         for var, value in values.items():

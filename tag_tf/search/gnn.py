@@ -24,7 +24,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -214,7 +214,7 @@ def architecture() -> dict[str, int]:
             "dev_features": DEV_FEATURES, "options": len(OPTIONS)}
 
 
-def save_weights(model: StrategyGNN, path: str, meta: dict[str, Any] | None = None) -> None:
+def save_weights(model: StrategyGNN, path: str, meta: dict[str, object] | None = None) -> None:
     """Tensors and plain metadata only (loadable with torch.load(weights_only=True)); written whole."""
     import os
 
@@ -226,7 +226,7 @@ def save_weights(model: StrategyGNN, path: str, meta: dict[str, Any] | None = No
     os.replace(tmp, path)
 
 
-def load_weights(path: str) -> tuple[StrategyGNN, dict[str, Any]]:
+def load_weights(path: str) -> tuple[StrategyGNN, dict[str, object]]:
     """(network, metadata) from `path`; WeightsError naming the file and the problem otherwise."""
     from tag_tf.errors import WeightsError
 

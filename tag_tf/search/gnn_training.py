@@ -27,7 +27,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from tag_tf.search.mcts import MctsOptions, VisitRecord, candidate_actions, deci
 
 if TYPE_CHECKING:
     from tag_tf.analysis import Analysis
+    from tag_tf.models.base import ModelGraph
     from tag_tf.sim.simulator import SimReport
 
 PAPER_MODELS = ("vgg19", "resnet101", "inceptionv3", "transformer", "bert-small", "bert-large")
@@ -107,6 +108,21 @@ def train_step(net: StrategyGNN, optimizer: torch.optim.Optimizer, samples: Sequ
     return float(loss.detach())
 
 
+class SearchRow(TypedDict):
+    """One search of the training loop: a line of loss.jsonl."""
+
+    search: int
+    model: str
+    topology: str
+    devices: int
+    vertices: int
+    buffer: int
+    loss: float | None          # mean over the search's gradient steps; None: none taken
+    search_s: float
+    train_s: float
+    elapsed_s: NotRequired[float]
+
+
 class Trainer:
     """The training loop of `tag-tf train-gnn` (see the module doc)."""
 
@@ -162,7 +178,7 @@ class Trainer:
             self._analyses[model] = zoo_analysis(model, self.o.tiny)
         return self._analyses[model]
 
-    def search_once(self) -> dict[str, Any]:
+    def search_once(self) -> SearchRow:
         from tag_tf.sim.simulator import Simulator
         from tag_tf.topology.random_gen import random_topology
 
@@ -195,7 +211,7 @@ class Trainer:
                 "train_s": round(time.perf_counter() - start - search_s, 3)}
 
     # -- the loop -----------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> dict[str, object]:
         end = time.perf_counter() + self.o.hours * 3600
         started = time.perf_counter()
         last_checkpoint = started
@@ -213,7 +229,7 @@ class Trainer:
         self.checkpoint()
         return self.finish()
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> dict[str, object]:
         rows = read_log(self._path("loss.jsonl"))
         losses = [r["loss"] for r in rows if r.get("loss") is not None]
         meta = {"command": self.command, "seed": self.o.seed, "models": list(self.o.training_models),
@@ -239,22 +255,21 @@ def zoo_analysis(model: str, tiny: bool = False, batch_size: int | None = None) 
     from tag_tf.models import build_model
     from tag_tf.profile.weights import reference_weights
 
-    def build(batch: int | None = None) -> Any:
-        sized: dict[str, Any] = {} if batch is None else {"batch_size": batch}
-        return build_model(model, tiny=tiny, dropout=0.0, **sized)
+    def build(batch: int | None = None) -> ModelGraph:
+        return build_model(model, batch_size=batch, tiny=tiny, dropout=0.0)
     built = build(batch_size)
     return analyze(PassContext(), built.ir(), rebuild=lambda b: build(b).ir(), batch_size=built.batch_size,
                    weight_fn=reference_weights)
 
 
-def read_log(path: str) -> list[dict[str, Any]]:
+def read_log(path: str) -> list[SearchRow]:
     if not os.path.exists(path):
         return []
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def plot_losses(rows: Sequence[dict[str, Any]], path: str) -> None:
+def plot_losses(rows: Sequence[SearchRow], path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -11,7 +11,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tag_tf.search.moves import Deadline, Evaluator, improve
+from tag_tf.deadline import Deadline
+from tag_tf.search.moves import Evaluator, improve
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
 if TYPE_CHECKING:

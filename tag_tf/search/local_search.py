@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tag_tf.search.baselines import BEST_SUBSET, best_subset, device_capacities
-from tag_tf.search.heterog import heterog_search
-from tag_tf.search.moves import Deadline, Evaluator, candidate_device_sets, coupled_blocks, improve, tune_fusion
+from tag_tf.deadline import Deadline
+from tag_tf.search.baselines import device_capacities
+from tag_tf.search.moves import Evaluator, candidate_device_sets, coupled_blocks, improve, tune_fusion
 from tag_tf.search.outcome import BaselineComparison
-from tag_tf.search.registry import baseline, fixed_baselines, template_baseline
-from tag_tf.search.stages import PIPELINE, PIPELINE_MAX_S, PIPELINE_SHARE, pipeline_search
+from tag_tf.search.registry import template_baseline
+from tag_tf.search.stages import PIPELINE
+from tag_tf.search.starts import Starts, baselines_to_beat
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
 if TYPE_CHECKING:
@@ -47,61 +48,63 @@ class SearchResult(BaselineComparison):
 
 
 def local_search(sim: Simulator, topology: Topology, *, budget_s: float = 30.0, max_passes: int = 3,
-                 blocks: bool = True, progress: bool = False) -> SearchResult:
-    """The best plan found within `budget_s` seconds (`blocks`: also move coupled groups together)."""
+                 blocks: bool = True, progress: bool = False, deadline: Deadline | None = None) -> SearchResult:
+    """The best plan found within `budget_s` seconds, or by `deadline` where that comes first
+    (`blocks`: also move coupled groups together)."""
     start_time = time.perf_counter()
-    n_groups = sim.num_groups
+    deadline = (deadline or Deadline.never()).within(budget_s)
     cost = Evaluator(sim)
-    fixed = {name: baseline(name, n_groups, topology) for name in fixed_baselines()}
-    times = {name: cost(s) for name, s in fixed.items()}
-    first = min(times, key=times.__getitem__)
-    if np.isfinite(times[first]):
-        found, times["heterog"] = heterog_search(cost, topology, fixed[first], times[first],
-                                                 Deadline(start_time + HETEROG_SHARE * budget_s), progress=progress)
-        starts = {**fixed, "heterog": found}
-    else:
-        times["heterog"] = float("inf")
-        starts = dict(fixed)
-    starts[BEST_SUBSET], times[BEST_SUBSET] = best_subset(cost, n_groups, topology, singles=sim.client is not None)
+    starts = baselines_to_beat(cost, topology, deadline, heterog_share=HETEROG_SHARE, singles=sim.client is not None,
+                               progress=progress)
     # The pipeline baseline is one to beat; the moves below start from the others (its groups are
     # its stages).
-    piped, times[PIPELINE] = pipeline_search(cost, sim.analysis, topology, None, float("inf"),
-                                             Deadline(time.perf_counter() + min(PIPELINE_SHARE * budget_s, PIPELINE_MAX_S)))
-    best_name = min((n for n in times if n != PIPELINE), key=times.__getitem__)
-    current, best = starts[best_name], times[best_name]
+    best_name = starts.best(leave_out=(PIPELINE,))
+    current, best = _start(cost, topology, starts, best_name, deadline)
+    candidates = _candidates(topology)
+    moves = [(g,) for g in sim.groups_by_compute()] + (coupled_blocks(sim.group_traffic()) if blocks else [])
+    current, best, improved = improve(cost, current, best, candidates, moves, deadline,
+                                      max_passes=max_passes, progress=progress)
+    current, best = tune_fusion(cost, current, best, deadline)
+    times = starts.times
+    if np.isfinite(best):         # judged device by device where device classes were not exact
+        best = cost.confirmed(current, best)
+        if not best < times[best_name]:
+            current, best = starts.plans[best_name], times[best_name]
+    if PIPELINE in starts.plans and times[PIPELINE] < best:
+        current, best = starts.plans[PIPELINE], cost.confirmed(starts.plans[PIPELINE], times[PIPELINE])
+    strategy = dataclasses.replace(current, graph=sim.analysis.graph.fingerprint, topology=topology.fingerprint,
+                                   name="auto")
+    return SearchResult(strategy, best, times, cost.evaluations, time.perf_counter() - start_time, len(improved))
+
+
+def _candidates(topology: Topology) -> list[GroupPlan]:
+    return [GroupPlan(devices, option) for devices in candidate_device_sets(topology)
+            for option in (Option.ALLREDUCE, Option.PS) if len(devices) > 1 or option is Option.ALLREDUCE]
+
+
+def _start(cost: Evaluator, topology: Topology, starts: Starts, best_name: str, deadline: Deadline
+           ) -> tuple[Strategy, float]:
+    """Where the moves start: the best baseline (its synchronisation overlapped with the backward
+    pass where that is faster), or a uniform plan over fewer devices that simulates faster."""
+    current, best = starts.plans[best_name], starts.times[best_name]
     if current.sync_after_backward:
         # Our plans overlap synchronisation with the backward pass (DP-NCCL's barrier is its own).
         overlapped = dataclasses.replace(current, sync_after_backward=False)
         t = cost(overlapped)
         if t <= best:
             current, best = overlapped, t
-    candidates = [GroupPlan(devices, option) for devices in candidate_device_sets(topology)
-                  for option in (Option.ALLREDUCE, Option.PS) if len(devices) > 1 or option is Option.ALLREDUCE]
     # Uniform plans over fewer devices (the fastest GPU type, one machine, the fastest GPU) also
     # start: a small model can run faster without the slow network at all, and when no baseline
     # fits (out of memory, fewer samples than devices) they are the only starts.
     fastest = int(np.argmax(device_capacities(topology)))
-    deadline = Deadline(start_time + budget_s)
-    for plan in [*candidates, GroupPlan((fastest,), Option.ALLREDUCE)]:
-        if np.isfinite(best) and time.perf_counter() > deadline.end:
+    for plan in [*_candidates(topology), GroupPlan((fastest,), Option.ALLREDUCE)]:
+        if np.isfinite(best) and deadline.expired():
             break
-        start = dataclasses.replace(fixed[template_baseline()], groups=(plan,) * n_groups)
+        start = dataclasses.replace(starts.plans[template_baseline()], groups=(plan,) * cost.sim.num_groups)
         t = cost(start)
         if t < best * (1 - 1e-6):
             best, current = t, start
-    moves = [(g,) for g in sim.groups_by_compute()] + (coupled_blocks(sim.group_traffic()) if blocks else [])
-    current, best, improved = improve(cost, current, best, candidates, moves, deadline,
-                                      max_passes=max_passes, progress=progress)
-    current, best = tune_fusion(cost, current, best, deadline)
-    if np.isfinite(best):         # judged device by device where device classes were not exact
-        best = cost.confirmed(current, best)
-        if not best < times[best_name]:
-            current, best = starts[best_name], times[best_name]
-    if piped is not None and times[PIPELINE] < best:
-        current, best = piped, cost.confirmed(piped, times[PIPELINE])
-    strategy = dataclasses.replace(current, graph=sim.analysis.graph.fingerprint, topology=topology.fingerprint,
-                                   name="auto")
-    return SearchResult(strategy, best, times, cost.evaluations, time.perf_counter() - start_time, len(improved))
+    return current, best
 
 
 def describe(strategy: Strategy, topology: Topology, groups: Sequence[OpGroup]) -> list[dict[str, Any]]:

@@ -29,14 +29,13 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tag_tf.search.baselines import BEST_SUBSET, best_subset, device_capacities
-from tag_tf.search.heterog import heterog_search
+from tag_tf.deadline import Deadline
+from tag_tf.search.baselines import device_capacities
 from tag_tf.search.moves import (
-    Deadline,
     Evaluator,
     _progress,
     candidate_device_sets,
@@ -47,9 +46,10 @@ from tag_tf.search.moves import (
 from tag_tf.search.outcome import BaselineComparison
 from tag_tf.search.priors import PRIORS, default_prior
 from tag_tf.search.refine import refine
-from tag_tf.search.registry import baseline, fixed_baselines, template_baseline
+from tag_tf.search.registry import template_baseline
 from tag_tf.search.shares import ShareSolver
-from tag_tf.search.stages import PIPELINE, PIPELINE_MAX_S, PIPELINE_SHARE, pipeline_search
+from tag_tf.search.stages import pipeline_search
+from tag_tf.search.starts import baselines_to_beat
 from tag_tf.strategy import GroupPlan, Option, Strategy
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ class MctsResult(BaselineComparison):
     converged: bool = False                  # the tree search ended early: nothing new or better found
 
 
-PriorFn = Callable[[tuple[int, ...], int, Any], np.ndarray]
+PriorFn = Callable[[tuple[int, ...], int, "SimReport | None"], np.ndarray]
 MIN_RECORD_VISITS = 8        # a vertex's visit counts are a training target once it has this many
 
 
@@ -159,9 +159,169 @@ def decision_order(analysis: Analysis) -> list[int]:
 
 
 
+@dataclasses.dataclass
+class _TreeOutcome:
+    best_plan: Strategy
+    best_time: float
+    iterations: int = 0
+    beat_dp_at: int | None = None         # first iteration whose simulated plan beat DP ...
+    beat_dp_s: float | None = None        # ... and when, from the search's start
+    converged: bool = False
+
+
+class _Tree:
+    """The search tree: vertices by prefix, the prior, and every plan simulated (by its groups)."""
+
+    def __init__(self, cost: Evaluator, actions: list[GroupPlan], order: list[int], template: Strategy,
+                 prior_fn: PriorFn | None, prior_mix: float, keep_reports: bool):
+        self.cost, self.actions, self.order, self.template = cost, actions, order, template
+        self.n_groups = len(order)
+        self.prior_fn, self.prior_mix, self.keep_reports = prior_fn, prior_mix, keep_reports
+        self.uniform = np.full(len(actions), 1.0 / len(actions))
+        self.simulated: dict[tuple[GroupPlan, ...], float] = {}
+        self.reports: dict[tuple[GroupPlan, ...], SimReport] = {}     # the prior's feedback features
+        self.table: dict[tuple[int, ...], _Vertex] = {(): _Vertex(self.prior_of((), None))}
+
+    def prior_of(self, prefix: tuple[int, ...], leaf: SimReport | None) -> np.ndarray:
+        if self.prior_fn is None or len(prefix) >= self.n_groups:
+            return self.uniform
+        p = np.asarray(self.prior_fn(prefix, self.order[len(prefix)], leaf), dtype=np.float64)
+        if p.shape != self.uniform.shape or not np.all(np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
+            raise ValueError(f"MCTS prior: expected {len(self.actions)} finite non-negative scores, got shape {p.shape}")
+        return mix_prior(p, self.prior_mix)
+
+    def plan_of(self, prefix: tuple[int, ...]) -> Strategy:
+        """The leaf plan of `prefix`: its decisions, every undecided group taking the first's action."""
+        groups = [self.actions[prefix[0]]] * self.n_groups
+        for depth, a in enumerate(prefix):
+            groups[self.order[depth]] = self.actions[a]
+        return dataclasses.replace(self.template, groups=tuple(groups))
+
+    def evaluate(self, prefix: tuple[int, ...]) -> tuple[float, Strategy, SimReport | None, bool]:
+        """Simulated time, plan, the report of prefix's leaf plan (None when it does not run) and
+        whether it was simulated now."""
+        plan = self.plan_of(prefix)
+        key = plan.groups
+        new = key not in self.simulated
+        if new:
+            report = self.cost.report(plan)
+            self.simulated[key] = math.inf if report is None or report.oom else report.iteration_time_s
+            if self.keep_reports and report is not None:
+                self.reports[key] = report
+        return self.simulated[key], plan, self.reports.get(key), new
+
+    def select(self, rng: np.random.Generator, options: MctsOptions) -> tuple[tuple[int, ...], list[tuple[_Vertex, int]]]:
+        """Walk down by PUCT (the root's unvisited actions first, with `sweep_root`) to a new vertex
+        or a full plan."""
+        prefix: tuple[int, ...] = ()
+        path: list[tuple[_Vertex, int]] = []
+        while True:
+            vertex = self.table[prefix]
+            if not prefix and options.sweep_root and not vertex.n.all():
+                scores = np.where(vertex.n == 0, vertex.prior, -np.inf)      # the root's sweep
+            else:
+                q = np.where(vertex.n > 0, vertex.w / np.maximum(vertex.n, 1), _first_play(vertex))
+                scores = puct_scores(q, vertex.n, vertex.prior, options.c_puct)
+            top = np.flatnonzero(scores >= scores.max() - 1e-12)
+            a = int(top[rng.integers(len(top))]) if len(top) > 1 else int(top[0])
+            path.append((vertex, a))
+            prefix = prefix + (a,)
+            if prefix not in self.table or len(prefix) == self.n_groups:
+                return prefix, path
+
+    def expand_and_back_up(self, prefix: tuple[int, ...], path: list[tuple[_Vertex, int]], report: SimReport | None,
+                           reward: float) -> None:
+        if prefix not in self.table:
+            self.table[prefix] = _Vertex(self.prior_of(prefix, report))
+        for vertex, a in path:
+            vertex.n[a] += 1
+            vertex.w[a] += reward
+
+    def records(self) -> list[VisitRecord]:
+        """A VisitRecord per vertex visited at least MIN_RECORD_VISITS times."""
+        return [VisitRecord(prefix, self.order[len(prefix)],
+                            self.reports.get(self.plan_of(prefix).groups) if prefix else None, vertex.n.copy())
+                for prefix, vertex in self.table.items()
+                if vertex.n.sum() >= MIN_RECORD_VISITS and len(prefix) < self.n_groups]
+
+
+def _prior(prior: str | PriorFn | None, weights: str | None, sim: Simulator, topology: Topology,
+           actions: list[GroupPlan], order: list[int], seed: int) -> tuple[str, PriorFn | None]:
+    """The prior's name and function (None: uniform)."""
+    if prior is None:
+        prior = default_prior(d.type for d in topology.devices)
+    name = prior if isinstance(prior, str) else getattr(prior, "name", "custom")
+    if prior == "uniform":
+        return name, None
+    if prior == "gnn":
+        from tag_tf.search.gnn import GnnPrior, GraphFeatures, default_network
+
+        return name, GnnPrior(default_network(weights, seed), GraphFeatures(sim, topology, actions, order))
+    if isinstance(prior, str):
+        raise ValueError(f"unknown MCTS prior {prior!r} (expected one of {', '.join(PRIORS)})")
+    return name, prior
+
+
+def _grow(tree: _Tree, options: MctsOptions, until: Deadline, reference: float, dp_time: float,
+          found: _TreeOutcome, start_time: float) -> None:
+    """Iterate the tree search into `found` until `until`, `options.iterations`, convergence
+    (`options.patience_s`) or STALE_ITERATIONS iterations in a row that simulate nothing new."""
+    rng = np.random.default_rng(options.seed)
+    bar = _progress(options.progress, options.iterations or 0, "MCTS")
+    stale = 0
+    tree_start = improved_at = time.perf_counter()
+    try:
+        while not until.expired() and (options.iterations is None or found.iterations < options.iterations):
+            if options.patience_s is not None and found.iterations % 64 == 0:
+                found.converged = time.perf_counter() - improved_at > max(options.patience_s, improved_at - tree_start)
+                if found.converged:
+                    return
+            found.iterations += 1
+            bar.update(1)
+            prefix, path = tree.select(rng, options)
+            t, plan, report, new = tree.evaluate(prefix)
+            # Speed-up over the best baseline; when none runs, over the best plan found so far.
+            scale = reference if np.isfinite(reference) else (found.best_time if np.isfinite(found.best_time) else t)
+            reward = OOM_REWARD if not np.isfinite(t) else scale / t
+            stale = 0 if new else stale + 1
+            if stale > STALE_ITERATIONS:        # the tree keeps revisiting known plans: done early
+                found.converged = True
+                return
+            tree.expand_and_back_up(prefix, path, report, reward)
+            if t < found.best_time:
+                found.best_plan, found.best_time = plan, t
+                improved_at = time.perf_counter()
+            if found.beat_dp_at is None and np.isfinite(dp_time) and t < dp_time:
+                found.beat_dp_at, found.beat_dp_s = found.iterations, time.perf_counter() - start_time
+    finally:
+        bar.close()
+
+
+def _polish(cost: Evaluator, tree: _Tree, topology: Topology, options: MctsOptions, plan: Strategy, seconds: float,
+            deadline: Deadline) -> tuple[Strategy, float, int]:
+    """The local search's moves on the best plan, group refinement, fusion caps, batch shares and
+    (with pipelining) micro-batches, until `deadline`. Returns the plan, its time and refinement's
+    simulations."""
+    sim = cost.sim
+    moves = [(g,) for g in tree.order] + coupled_blocks(sim.group_traffic())
+    # With refinement, the moves get half of the polish; refinement (splitting dominant groups) the rest.
+    plan, seconds, _ = improve(cost, plan, seconds, tree.actions, moves,
+                               deadline.share(0.5) if options.refine else deadline, max_passes=1,
+                               progress=options.progress, label="MCTS polish")
+    runs = 0
+    if options.refine:       # refinement gets 3/4 of what is left; fusion and shares the rest
+        plan, seconds, runs = refine(sim, plan, seconds, tree.actions, deadline.share(0.75), progress=options.progress)
+    plan, seconds = tune_fusion(cost, plan, seconds, deadline)
+    plan, seconds = balance_shares(cost, plan, seconds, deadline, ShareSolver(sim.for_strategy(plan)))
+    if options.pipeline:        # the plan found, in micro-batches
+        micro, seconds = pipeline_search(cost, sim.analysis, topology, plan, seconds, deadline, stages=False)
+        plan = micro or plan
+    return plan, seconds, runs
+
+
 def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsOptions(), *,  # noqa: B008 (frozen: one shared default is safe)
                 prior: str | PriorFn | None = None, weights: str | None = None,
-                record: list[VisitRecord] | None = None) -> MctsResult:
+                record: list[VisitRecord] | None = None, deadline: Deadline | None = None) -> MctsResult:
     """Plan `sim`'s graph on `topology` by MCTS (see the module doc). `prior` is "gnn" (the
     heterogeneous GNN, mixed with the uniform prior at `options.prior_mix`), "uniform" (pure MCTS),
     None (priors.default_prior: pure MCTS unless DEFAULT_PRIOR says otherwise) or a
@@ -169,179 +329,48 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
     the decisions `prefix`; `leaf` is the SimReport of the vertex's leaf plan (runtime feedback),
     None at the root or when it did not run. `weights`: the GNN's weights file (default: the
     shipped weights, search/weights/gnn.pt). `record`: receives a VisitRecord per vertex
-    visited at least MIN_RECORD_VISITS times (GNN training data)."""
+    visited at least MIN_RECORD_VISITS times (GNN training data). `deadline`: when the search
+    ends (default: `options.budget_s` from now; the earlier of the two when both are given)."""
     start_time = time.perf_counter()
-    deadline = Deadline(start_time + options.budget_s)
-    rng = np.random.default_rng(options.seed)
+    deadline = (deadline or Deadline.never()).within(options.budget_s)
+    budget = max(0.0, deadline.left())
     cost = Evaluator(sim)
-    n_groups = sim.num_groups
-    fixed = {name: baseline(name, n_groups, topology) for name in fixed_baselines()}
-    times = {name: cost(s) for name, s in fixed.items()}
-    first = min(times, key=times.__getitem__)
-    if np.isfinite(times[first]) and options.heterog:
-        # HeteroG's decision space, searched from the best fixed baseline: a baseline to beat too.
-        found, times["heterog"] = heterog_search(cost, topology, fixed[first], times[first],
-                                                 Deadline(start_time + min(HETEROG_SHARE * options.budget_s,
-                                                                           HETEROG_MAX_S)))
-        fixed["heterog"] = found
-    else:
-        times["heterog"] = math.inf
-    fixed[BEST_SUBSET], times[BEST_SUBSET] = best_subset(cost, n_groups, topology, singles=sim.client is not None)
-    piped = None
-    if options.pipeline:
-        until = Deadline(time.perf_counter() + min(PIPELINE_SHARE * options.budget_s, PIPELINE_MAX_S))
-        piped, times[PIPELINE] = pipeline_search(cost, sim.analysis, topology, None, math.inf, until)
-    if piped is None:
-        times[PIPELINE] = math.inf
-    else:
-        fixed[PIPELINE] = piped
-    best_name = min(times, key=times.__getitem__)
-    reference = times[best_name]
-    dp_time = times["dp"]
+    if sim.num_groups == 0:
+        raise ValueError("MCTS: the graph has no op groups to place")
+    starts = baselines_to_beat(cost, topology, deadline, heterog_share=HETEROG_SHARE, heterog_max_s=HETEROG_MAX_S,
+                               heterog=options.heterog, pipeline=options.pipeline, singles=sim.client is not None)
+    best_name = starts.best()
+    reference = starts.times[best_name]
     actions = candidate_actions(topology)
     order = decision_order(sim.analysis)
     # Fused buckets; batch shares from the simulator's own (calibrated) device speeds.
     rates = np.asarray(sim.device_rates(), dtype=np.float64)
     shares = tuple(float(x) for x in rates / rates.sum()) if rates.sum() > 0 and np.all(rates > 0) else None
-    template = dataclasses.replace(fixed[template_baseline()], name="mcts", shares=shares)
-    uniform = np.full(len(actions), 1.0 / len(actions))
-    if prior is None:
-        prior = default_prior(d.type for d in topology.devices)
-    prior_name = prior if isinstance(prior, str) else getattr(prior, "name", "custom")
-    prior_fn: PriorFn | None
-    if prior == "uniform":
-        prior_fn = None
-    elif prior == "gnn":
-        from tag_tf.search.gnn import GnnPrior, GraphFeatures, default_network
-
-        prior_fn = GnnPrior(default_network(weights, options.seed), GraphFeatures(sim, topology, actions, order))
-    elif isinstance(prior, str):
-        raise ValueError(f"unknown MCTS prior {prior!r} (expected one of {', '.join(PRIORS)})")
-    else:
-        prior_fn = prior
-
-    def prior_of(prefix: tuple[int, ...], leaf: SimReport | None) -> np.ndarray:
-        if prior_fn is None or len(prefix) >= n_groups:
-            return uniform
-        p = np.asarray(prior_fn(prefix, order[len(prefix)], leaf), dtype=np.float64)
-        if p.shape != uniform.shape or not np.all(np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
-            raise ValueError(f"MCTS prior: expected {len(actions)} finite non-negative scores, got shape {p.shape}")
-        return mix_prior(p, options.prior_mix)
-
-    def plan_of(prefix: tuple[int, ...]) -> Strategy:
-        fill = actions[prefix[0]]
-        groups = [fill] * n_groups
-        for depth, a in enumerate(prefix):
-            groups[order[depth]] = actions[a]
-        return dataclasses.replace(template, groups=tuple(groups))
-
-    simulated: dict[tuple[GroupPlan, ...], float] = {}
-    reports: dict[tuple[GroupPlan, ...], SimReport] = {}     # kept for the prior's feedback features
-
-    def evaluate(prefix: tuple[int, ...]) -> tuple[float, Strategy, SimReport | None, bool]:
-        """Simulated time, plan, the report of prefix's leaf plan (None when it does not run) and
-        whether it was simulated now."""
-        plan = plan_of(prefix)
-        key = plan.groups
-        new = key not in simulated
-        if new:
-            report = cost.report(plan)
-            simulated[key] = math.inf if report is None or report.oom else report.iteration_time_s
-            if (prior_fn is not None or record is not None) and report is not None:
-                reports[key] = report
-        return simulated[key], plan, reports.get(key), new
-
-    if n_groups == 0:
-        raise ValueError("MCTS: the graph has no op groups to place")
-    table: dict[tuple[int, ...], _Vertex] = {(): _Vertex(prior_of((), None))}
-    best_plan, best_time = fixed[best_name], reference
-    iterations = 0
-    beat_dp_at: int | None = None
-    beat_dp_s: float | None = None
-    search_end = start_time + options.budget_s * (1 - POLISH_SHARE if options.polish else 1.0)
-    bar = _progress(options.progress, options.iterations or 0, "MCTS")
-    stale = 0
-    tree_start = improved_at = time.perf_counter()
-    converged = False
-    try:
-        while time.perf_counter() < search_end and (options.iterations is None or iterations < options.iterations):
-            if options.patience_s is not None and iterations % 64 == 0:
-                now = time.perf_counter()
-                converged = now - improved_at > max(options.patience_s, improved_at - tree_start)
-                if converged:
-                    break
-            iterations += 1
-            bar.update(1)
-            prefix: tuple[int, ...] = ()
-            path: list[tuple[_Vertex, int]] = []
-            while True:
-                vertex = table[prefix]
-                if not prefix and options.sweep_root and not vertex.n.all():
-                    scores = np.where(vertex.n == 0, vertex.prior, -np.inf)      # the root's sweep
-                else:
-                    q = np.where(vertex.n > 0, vertex.w / np.maximum(vertex.n, 1), _first_play(vertex))
-                    scores = puct_scores(q, vertex.n, vertex.prior, options.c_puct)
-                top = np.flatnonzero(scores >= scores.max() - 1e-12)
-                a = int(top[rng.integers(len(top))]) if len(top) > 1 else int(top[0])
-                path.append((vertex, a))
-                prefix = prefix + (a,)
-                if prefix not in table or len(prefix) == n_groups:
-                    break
-            t, plan, report, new = evaluate(prefix)
-            # Speed-up over the best baseline; when none runs, over the best plan found so far.
-            scale = reference if np.isfinite(reference) else (best_time if np.isfinite(best_time) else t)
-            reward = OOM_REWARD if not np.isfinite(t) else scale / t
-            stale = 0 if new else stale + 1
-            if stale > STALE_ITERATIONS:        # the tree keeps revisiting known plans: done early
-                converged = True
-                break
-            if prefix not in table:
-                table[prefix] = _Vertex(prior_of(prefix, report))
-            for vertex, a in path:
-                vertex.n[a] += 1
-                vertex.w[a] += reward
-            if t < best_time:
-                best_plan, best_time = plan, t
-                improved_at = time.perf_counter()
-            if beat_dp_at is None and np.isfinite(dp_time) and t < dp_time:
-                beat_dp_at, beat_dp_s = iterations, time.perf_counter() - start_time
-    finally:
-        bar.close()
+    template = dataclasses.replace(starts.plans[template_baseline()], name="mcts", shares=shares)
+    prior_name, prior_fn = _prior(prior, weights, sim, topology, actions, order, options.seed)
+    tree = _Tree(cost, actions, order, template, prior_fn, options.prior_mix,
+                 keep_reports=prior_fn is not None or record is not None)
+    found = _TreeOutcome(starts.plans[best_name], reference)
+    tree_until = Deadline(start_time + budget * (1 - POLISH_SHARE if options.polish else 1.0))
+    _grow(tree, options, Deadline(min(tree_until.end, deadline.end)), reference, starts.times["dp"], found,
+          start_time)
     if record is not None:
-        for prefix, vertex in table.items():
-            if vertex.n.sum() >= MIN_RECORD_VISITS and len(prefix) < n_groups:
-                report = reports.get(plan_of(prefix).groups) if prefix else None
-                record.append(VisitRecord(prefix, order[len(prefix)], report, vertex.n.copy()))
-    refine_runs = 0
-    if converged and options.patience_s is not None:     # the polish keeps its share of the budget, no more
-        deadline = Deadline(min(deadline.end, time.perf_counter() + POLISH_SHARE * options.budget_s))
+        record.extend(tree.records())
+    best_plan, best_time, refine_runs = found.best_plan, found.best_time, 0
+    if found.converged and options.patience_s is not None:     # the polish keeps its share of the budget, no more
+        deadline = deadline.within(POLISH_SHARE * budget)
     if options.polish and np.isfinite(best_time):
-        moves = [(g,) for g in order] + coupled_blocks(sim.group_traffic())
-        # With refinement, the moves get half of the polish; refinement (splitting dominant groups) the rest.
-        moves_until = (Deadline(time.perf_counter() + 0.5 * max(0.0, deadline.end - time.perf_counter()))
-                       if options.refine else deadline)
-        best_plan, best_time, _ = improve(cost, best_plan, best_time, actions, moves, moves_until, max_passes=1,
-                                          progress=options.progress, label="MCTS polish")
-        if options.refine:       # refinement gets 3/4 of what is left; fusion and shares the rest
-            until = Deadline(time.perf_counter() + 0.75 * max(0.0, deadline.end - time.perf_counter()))
-            best_plan, best_time, refine_runs = refine(sim, best_plan, best_time, actions, until,
-                                                       progress=options.progress)
-        best_plan, best_time = tune_fusion(cost, best_plan, best_time, deadline)
-        best_plan, best_time = balance_shares(cost, best_plan, best_time, deadline,
-                                              ShareSolver(sim.for_strategy(best_plan)))
-        if options.pipeline:        # the plan found, in micro-batches
-            micro, best_time = pipeline_search(cost, sim.analysis, topology, best_plan, best_time, deadline,
-                                               stages=False)
-            best_plan = micro or best_plan
+        best_plan, best_time, refine_runs = _polish(cost, tree, topology, options, best_plan, best_time, deadline)
     if np.isfinite(best_time):
         best_time = cost.confirmed(best_plan, best_time)
     fell_back = not best_time < reference
-    if fell_back and best_name in fixed:
-        best_plan, best_time = fixed[best_name], reference
+    if fell_back and best_name in starts.plans:
+        best_plan, best_time = starts.plans[best_name], reference
     strategy = dataclasses.replace(best_plan, name="auto", graph=sim.analysis.graph.fingerprint,
                                    topology=topology.fingerprint)
-    return MctsResult(strategy, best_time, times, cost.evaluations + refine_runs, iterations, time.perf_counter() - start_time,
-                      beat_dp_at, beat_dp_s, fell_back, prior_name, converged)
+    return MctsResult(strategy, best_time, starts.times, cost.evaluations + refine_runs, found.iterations,
+                      time.perf_counter() - start_time, found.beat_dp_at, found.beat_dp_s, fell_back, prior_name,
+                      found.converged)
 
 
 def balance_shares(cost: Evaluator, strategy: Strategy, best: float, deadline: Deadline,
@@ -361,7 +390,7 @@ def balance_shares(cost: Evaluator, strategy: Strategy, best: float, deadline: D
     step = 0.5                       # exponent of the correction; halved after a failed trial
     report = cost.report(strategy)
     for _ in range(rounds):
-        if time.perf_counter() > deadline.end or report is None or report.oom:
+        if deadline.expired() or report is None or report.oom:
             break
         busy = np.clip(1.0 - np.asarray(report.device_idle, dtype=np.float64), 0.05, 1.0)
         shares = np.asarray(strategy.shares, dtype=np.float64)

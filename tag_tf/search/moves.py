@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tag_tf.errors import StrategyError
+from tag_tf.deadline import Deadline
+from tag_tf.errors import DeadlineExceeded, StrategyError
 from tag_tf.search.baselines import FUSION_CHOICES, device_capacities
 from tag_tf.strategy import GroupPlan, Strategy
 
@@ -72,23 +72,6 @@ class Evaluator:
                          "candidates", e)
             self.unsimulatable += 1
             return None
-
-
-class OutOfTime(Exception):
-    pass
-
-
-@dataclasses.dataclass
-class Deadline:
-    end: float
-
-    @classmethod
-    def after(cls, seconds: float) -> Deadline:
-        return cls(time.perf_counter() + seconds)
-
-    def check(self) -> None:
-        if time.perf_counter() > self.end:
-            raise OutOfTime
 
 
 # Above this many machines the device sets follow the cluster's hierarchy (machine kinds and
@@ -175,7 +158,7 @@ def improve(cost: Evaluator, start: Strategy, best: float, candidates: Sequence[
             changed = False
             for block in moves:
                 for plan in candidates:
-                    deadline.check()
+                    deadline.check("the search")
                     bar.update(1)
                     if all(groups[g] == plan for g in block):
                         continue
@@ -189,7 +172,7 @@ def improve(cost: Evaluator, start: Strategy, best: float, candidates: Sequence[
                         changed = True
             if not changed:
                 break
-    except OutOfTime:
+    except DeadlineExceeded:
         pass
     finally:
         bar.close()
@@ -202,8 +185,8 @@ def tune_fusion(cost: Evaluator, strategy: Strategy, best: float, deadline: Dead
         if cap == strategy.fusion_bytes:
             continue
         try:
-            deadline.check()
-        except OutOfTime:
+            deadline.check("the search")
+        except DeadlineExceeded:
             break
         trial = dataclasses.replace(strategy, fusion_bytes=cap)
         t = cost(trial)
@@ -228,5 +211,5 @@ def _progress(enabled: bool, total: int, label: str):
     return tqdm(total=total, desc=f"tag_tf: {label}", unit="sim", leave=False, disable=None)
 
 
-__all__ = ["APPROXIMATE_ABOVE", "HIERARCHY_MACHINES", "Deadline", "Evaluator", "OutOfTime", "candidate_device_sets", "coupled_blocks",
+__all__ = ["APPROXIMATE_ABOVE", "HIERARCHY_MACHINES", "Evaluator", "candidate_device_sets", "coupled_blocks",
            "hierarchy_sets", "improve", "tune_fusion"]

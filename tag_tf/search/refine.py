@@ -11,14 +11,14 @@ so `simulate`, `verify`, `distribute` and the plan cache see the groups it was m
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tag_tf.deadline import Deadline
 from tag_tf.placement.layout import mp_partition
-from tag_tf.search.moves import Deadline, Evaluator, improve
+from tag_tf.search.moves import Evaluator, improve
 from tag_tf.strategy import GroupPlan, Strategy
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def refine(sim: Simulator, strategy: Strategy, best: float, actions: Sequence[Gr
     and its time when it simulates faster, else the input; and the simulations run."""
     runs = 0
     for _ in range(rounds):
-        if time.perf_counter() > deadline.end:
+        if deadline.expired():
             break
         found, t, n = _refine_once(sim, strategy, best, actions, deadline, progress)
         runs += n

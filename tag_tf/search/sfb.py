@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from tag_tf.analysis.states import Kind
+from tag_tf.deadline import Deadline
 from tag_tf.sim.prepare import STATE_CODE
 from tag_tf.strategy import GroupPlan, Option, SfbCut, Strategy, split_counts
 
@@ -110,9 +111,9 @@ class SfbSolver:
     """The SFB MILPs of one simulator's graph, costs and cluster (any plan)."""
 
     def __init__(self, sim: Simulator, time_limit_s: float = 1.0, max_cone: int = MAX_CONE,
-                 deadline: float | None = None):
+                 deadline: Deadline | None = None):
         self.time_limit_s = time_limit_s
-        self.deadline = deadline          # time.perf_counter() after which no MILP starts (None: no bound)
+        self.deadline = deadline or Deadline.never()      # after it no MILP starts
         self.max_cone = max_cone
         self.n = int(sim.num_ops)
         self.D = int(sim.num_devices)
@@ -329,13 +330,11 @@ class SfbSolver:
         return solutions
 
     def out_of_time(self) -> bool:
-        return self.deadline is not None and time.perf_counter() >= self.deadline
+        return self.deadline.expired()
 
     def _time_limit(self) -> float:
         """One MILP's time limit: its own, or what is left before the deadline if less."""
-        if self.deadline is None:
-            return self.time_limit_s
-        return max(0.01, min(self.time_limit_s, self.deadline - time.perf_counter()))
+        return max(0.01, min(self.time_limit_s, self.deadline.left()))
 
     def cut_of(self, solution: SfbSolution) -> SfbCut:
         return SfbCut(solution.problem.gradient, tuple(self.names[i] for i in solution.ops),
@@ -343,10 +342,10 @@ class SfbSolver:
 
 
 def apply_sfb(sim: Simulator, strategy: Strategy, *, time_limit_s: float = 1.0, max_simulations: int = 64,
-              deadline: float | None = None) -> SfbOutcome:
+              deadline: Deadline | None = None) -> SfbOutcome:
     """`strategy` with the SFB cuts that make it simulate faster. Cuts it already carries are
-    solved afresh; when nothing beats the plan as given, it comes back unchanged. `deadline` (a
-    time.perf_counter() value) bounds the solving and the trials: past it, what was found stands."""
+    solved afresh; when nothing beats the plan as given, it comes back unchanged. `deadline`
+    bounds the solving and the trials: past it, what was found stands."""
     start = time.perf_counter()
     if strategy.microbatches > 1:            # SFB is not micro-batched (Strategy.validate): as given
         t = _seconds(sim.simulate(strategy))
@@ -402,7 +401,7 @@ def duplicated_op_types(analysis: Analysis, strategy: Strategy) -> dict[str, int
 
 
 def best_with_sfb(sim: Simulator, topology: Topology, result: R, *, time_limit_s: float = 1.0,
-                  deadline: float | None = None) -> tuple[R, SfbOutcome]:
+                  deadline: Deadline | None = None) -> tuple[R, SfbOutcome]:
     """A search result (MCTS or local) with SFB applied to its plan, and each fixed baseline with
     SFB among its baselines ("dp+sfb", ...). The search did not know SFB: where a baseline with
     SFB simulates faster than the plan with SFB (typically DP whose large gradients SFB rebuilds
@@ -419,7 +418,7 @@ def best_with_sfb(sim: Simulator, topology: Topology, result: R, *, time_limit_s
         if not np.isfinite(result.baselines.get(name, np.inf)):
             baselines[name + "+sfb"] = np.inf
             continue
-        if deadline is not None and time.perf_counter() >= deadline:
+        if deadline is not None and deadline.expired():
             break                    # out of budget: the baselines left keep no "+sfb" entry
         other = apply_sfb(sim, baseline(name, sim.num_groups, topology), time_limit_s=time_limit_s,
                           deadline=deadline)

@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tag_tf.analysis import Analysis
-from tag_tf.errors import StrategyError
+from tag_tf.deadline import Deadline
+from tag_tf.errors import DeadlineExceeded, StrategyError
 from tag_tf.placement.fusion import HOROVOD_FUSION_BYTES
 from tag_tf.search.baselines import device_capacities
-from tag_tf.search.moves import Deadline, Evaluator, OutOfTime
+from tag_tf.search.moves import Evaluator
 from tag_tf.strategy import GroupPlan, Option, Strategy
 from tag_tf.topology.spec import Topology
 
@@ -202,7 +203,7 @@ def pipeline_search(cost: Evaluator, analysis: Analysis, topology: Topology, bes
     found: tuple[list[tuple[int, ...]], list[float], int] | None = None
     try:
         for plan, where, share in candidates:
-            deadline.check()
+            deadline.check("the pipeline search")
             tried += 1
             t = cost(plan)
             if t < best_time:
@@ -214,7 +215,7 @@ def pipeline_search(cost: Evaluator, analysis: Analysis, topology: Topology, bes
             moved = False
             for s in range(len(blocks)):
                 for step in CUT_STEPS:
-                    deadline.check()
+                    deadline.check("the pipeline search")
                     trial = list(fractions)
                     trial[s] *= step
                     plan = pipeline_plan(analysis, blocks, micro, fractions=trial, shares=caps, weights=weights,
@@ -228,7 +229,7 @@ def pipeline_search(cost: Evaluator, analysis: Analysis, topology: Topology, bes
             found = (blocks, fractions, micro)
             if not moved:
                 break
-    except OutOfTime:
+    except DeadlineExceeded:
         pass
     if best_plan is not None and best_time < start_time:
         log.info("tag_tf: pipelining: %d micro-batches beat the plan without (%.3g -> %.3g ms simulated, %d tried)",

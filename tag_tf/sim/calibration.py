@@ -104,7 +104,7 @@ class Calibration:
             return float(self.values["compute_eff:*"])
         return parameter_of(name).nominal
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """What `simulate`/`plan` JSON name as the calibration in use."""
         return {"name": self.name, "values": dict(self.values)}
 
@@ -143,7 +143,7 @@ class Calibration:
                                    link_lat=np.ascontiguousarray(lat.reshape(-1)))
 
     # -- files -----------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"format": FORMAT, "name": self.name, "values": dict(self.values),
                 "provenance": dict(self.provenance), "parameters": {
                     k: dataclasses.asdict(parameter_of(k)) for k in self.values}, "fit": dict(self.fit)}
@@ -157,7 +157,7 @@ class Calibration:
         os.replace(tmp, path)
 
     @staticmethod
-    def from_dict(data: Mapping[str, Any], where: str = "calibration") -> Calibration:
+    def from_dict(data: object, where: str = "calibration") -> Calibration:
         if not isinstance(data, Mapping) or data.get("format") != FORMAT:
             raise TagError(f"{where}: not a tag_tf calibration (field 'format' must be {FORMAT!r})")
         values = data.get("values")
@@ -197,6 +197,9 @@ def member_counts(analysis: Analysis) -> np.ndarray:
     return counts
 
 
+# What a simulator is told to simulate with (see `resolve`).
+CalibrationChoice = Calibration | str | os.PathLike[str] | None
+
 # Presets whose default simulation uses a shipped calibration (the `-nominal` presets do not).
 _SHIPPED = {"testbed": "calibration_testbed.json", "cloud": "calibration_cloud.json"}
 
@@ -215,7 +218,7 @@ def default_calibration(topology: Topology) -> Calibration | None:
     return Calibration.load(path)
 
 
-def resolve(calibration: Any, topology: Topology) -> Calibration | None:
+def resolve(calibration: CalibrationChoice, topology: Topology) -> Calibration | None:
     """`calibration`: "default" (per preset), None/"nominal" (datasheet), a path, or a Calibration."""
     if isinstance(calibration, Calibration):
         return calibration

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -30,6 +30,67 @@ if TYPE_CHECKING:
 STATE_CODE = {Kind.FULL: 0, Kind.SPLIT: 1, Kind.PARTIAL: 2, Kind.LOCAL: 3}
 SOURCE, VARIABLE_SIDE, KEEPS_STATE, FORWARD = 1, 2, 4, 8          # op_flags bits
 _READS = frozenset({"ReadVariableOp", "VarHandleOp", "VariableV2", "Variable", "Const"})
+
+
+# The fields of `Prepared` each part of `prepare` fills (see there for what they hold).
+class _OpFacts(TypedDict):
+    op_group: np.ndarray
+    op_coloc: np.ndarray
+    op_flags: np.ndarray
+
+
+class _OpCosts(TypedDict):
+    op_fixed: np.ndarray
+    op_per_sample: np.ndarray
+
+
+class _OpBytes(TypedDict):
+    op_out_fixed: np.ndarray
+    op_out_batched: np.ndarray
+    op_persist: np.ndarray
+
+
+class _Edges(TypedDict):
+    e_src: np.ndarray
+    e_dst: np.ndarray
+    e_tensor: np.ndarray
+    e_bytes: np.ndarray
+    e_state: np.ndarray
+    e_need: np.ndarray
+    c_src: np.ndarray
+    c_dst: np.ndarray
+
+
+class _TensorFacts(TypedDict):
+    t_level: np.ndarray
+    t_rank: np.ndarray
+    t_dtype: np.ndarray
+    t_bytes: np.ndarray
+    t_fusable: np.ndarray
+
+
+class _Devices(TypedDict):
+    num_devices: int
+    num_types: int
+    num_hosts: int
+    dev_type: np.ndarray
+    dev_machine: np.ndarray
+    dev_host: np.ndarray
+    machine_kind: np.ndarray
+    dev_capacity: np.ndarray
+    type_mem_bw: np.ndarray
+    type_launch: np.ndarray
+
+
+class _Links(TypedDict):
+    num_links: int
+    link_res_ptr: np.ndarray
+    link_res: np.ndarray
+    link_bw: np.ndarray
+    link_lat: np.ndarray
+    fabric_bw: float
+    hierarchical: bool
+    feed_local: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +116,8 @@ class CommFits:
     allreduce_intra: tuple[Piecewise | None, ...]   # all-reduce on one machine, by device count
     allreduce_inter: tuple[Piecewise | None, ...]   # all-reduce spanning machines, by device count
 
-    def as_native(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"host_message_s": self.host_message_s}
+    def as_native(self) -> dict[str, object]:
+        out: dict[str, object] = {"host_message_s": self.host_message_s}
         for scope in ("intra", "inter"):
             p2p = getattr(self, f"p2p_{scope}")
             if p2p is not None:
@@ -126,10 +187,10 @@ class Prepared:
     device_types: tuple[str, ...]  # by type index (a type once per machine speed: see device_kinds)
     comm: CommFits | None = None   # fitted communication, or None (the topology's analytical links)
 
-    def as_native(self) -> dict[str, Any]:
+    def as_native(self) -> dict[str, object]:
         """The dict kernels/simcore.cpp's Simulator reads (one key per field; fitted communication
         under its own keys, left out when there is none)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "comm"}
+        out: dict[str, object] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "comm"}
         if self.comm is not None:
             out.update(self.comm.as_native())
         return out
@@ -173,7 +234,7 @@ def prepare(analysis: Analysis, topology: Topology, costs: OpCosts, comm: CommMo
 
 
 # -- per planned op ------------------------------------------------------------------------------
-def _op_facts(analysis: Analysis) -> dict[str, Any]:
+def _op_facts(analysis: Analysis) -> _OpFacts:
     """op_group, op_coloc (colocation sets numbered in order of first op) and op_flags."""
     ops = analysis.planning.ops
     coloc = ColocationSets(analysis)
@@ -199,7 +260,7 @@ def _op_facts(analysis: Analysis) -> dict[str, Any]:
 
 
 def _op_costs(analysis: Analysis, index: dict[str, int], kinds: tuple[tuple[str, float], ...],
-              costs: OpCosts) -> dict[str, Any]:
+              costs: OpCosts) -> _OpCosts:
     """op_fixed and op_per_sample ([kind * n + op]): a planned op costs the sum of its members, over
     the speed of the kind's machines."""
     n = len(index)
@@ -217,7 +278,7 @@ def _op_costs(analysis: Analysis, index: dict[str, int], kinds: tuple[tuple[str,
             "op_per_sample": np.ascontiguousarray(per_sample.reshape(-1))}
 
 
-def _op_bytes(analysis: Analysis, index: dict[str, int]) -> dict[str, Any]:
+def _op_bytes(analysis: Analysis, index: dict[str, int]) -> _OpBytes:
     """op_out_fixed, op_out_batched (output bytes by whether they scale with the batch) and op_persist."""
     graph = analysis.graph_b1
     n = len(index)
@@ -241,7 +302,7 @@ def _op_bytes(analysis: Analysis, index: dict[str, int]) -> dict[str, Any]:
 
 
 # -- edges ---------------------------------------------------------------------------------------
-def _edge_arrays(analysis: Analysis, index: dict[str, int]) -> tuple[dict[str, Any], list[TensorRef]]:
+def _edge_arrays(analysis: Analysis, index: dict[str, int]) -> tuple[_Edges, list[TensorRef]]:
     """The data edges (e_*) and control edges (c_*) between planned ops, and the tensors by id."""
     graph = analysis.graph_b1
     host = analysis.planning.host
@@ -269,14 +330,14 @@ def _edge_arrays(analysis: Analysis, index: dict[str, int]) -> tuple[dict[str, A
                 controls.add((index[host[c]], dst))
     e = np.array(list(edges.values()), dtype=np.int64).reshape(-1, 5)
     ctl = np.array(sorted(controls), dtype=np.int32).reshape(-1, 2)
-    arrays: dict[str, Any] = {"e_src": e[:, 0].astype(np.int32), "e_dst": e[:, 1].astype(np.int32), "e_tensor": e[:, 2].astype(np.int32),
+    arrays: _Edges = {"e_src": e[:, 0].astype(np.int32), "e_dst": e[:, 1].astype(np.int32), "e_tensor": e[:, 2].astype(np.int32),
               "e_bytes": e[:, 3].astype(np.int64), "e_state": (e[:, 4] // 4).astype(np.uint8),
               "e_need": (e[:, 4] % 4).astype(np.uint8),
               "c_src": np.ascontiguousarray(ctl[:, 0]), "c_dst": np.ascontiguousarray(ctl[:, 1])}
     return arrays, list(tensor_ids)
 
 
-def _fusion_arrays(analysis: Analysis, refs: list[TensorRef]) -> dict[str, Any]:
+def _fusion_arrays(analysis: Analysis, refs: list[TensorRef]) -> _TensorFacts:
     """Per tensor id, the facts tag_tf.placement.fusion's bucket rule reads (rank: production order)."""
     facts = FusionFacts(analysis)
     ranks = [facts.rank(r) for r in refs]
@@ -292,7 +353,7 @@ def _fusion_arrays(analysis: Analysis, refs: list[TensorRef]) -> dict[str, Any]:
 
 # -- devices and links -----------------------------------------------------------------------------
 def _device_arrays(topology: Topology, kinds: tuple[tuple[str, float], ...], cpu_executor: str = "per-process"
-                   ) -> dict[str, Any]:
+                   ) -> _Devices:
     """num_devices, num_types, num_hosts and the dev_* and type_* arrays."""
     from tag_tf.topology.gpus import gpu_type
 
@@ -326,7 +387,7 @@ def machine_kinds(topology: Topology) -> np.ndarray:
     return np.array(out, dtype=np.int32)
 
 
-def _link_arrays(topology: Topology) -> tuple[dict[str, Any], tuple[str, ...]]:
+def _link_arrays(topology: Topology) -> tuple[_Links, tuple[str, ...]]:
     """num_links and the link_* arrays over ordered device pairs, and the link resources' names."""
     D = len(topology.devices)
     link_ids: dict[Any, int] = {}
@@ -344,7 +405,7 @@ def _link_arrays(topology: Topology) -> tuple[dict[str, Any], tuple[str, ...]]:
                 bw[a * D + b] = math.inf
             link_ptr.append(len(link_res))
     bw[~np.isfinite(bw)] = 1e30
-    arrays = {"num_links": len(link_ids), "link_res_ptr": np.array(link_ptr, dtype=np.int32),
+    arrays: _Links = {"num_links": len(link_ids), "link_res_ptr": np.array(link_ptr, dtype=np.int32),
               "link_res": np.array(link_res, dtype=np.int32), "link_bw": bw, "link_lat": lat,
               "fabric_bw": float(topology.fabric_bandwidth or 1e30),
               "hierarchical": topology.collectives == "hierarchical", "feed_local": topology.input == "local"}

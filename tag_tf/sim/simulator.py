@@ -22,7 +22,7 @@ from tag_tf.analysis.simplify import training_ops
 from tag_tf.analysis.states import Flag
 from tag_tf.errors import StrategyError
 from tag_tf.placement.layout import ColocationSets, mp_partition, validated_duplicates
-from tag_tf.sim.calibration import member_counts
+from tag_tf.sim.calibration import CalibrationChoice, member_counts
 from tag_tf.sim.calibration import resolve as resolve_calibration
 from tag_tf.sim.client import Client
 from tag_tf.sim.prepare import SOURCE, Prepared, device_types, prepare
@@ -66,7 +66,7 @@ class SimReport:
     def oom(self) -> bool:
         return bool(self.oom_devices)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"iteration_time_s": self.iteration_time_s, "peak_memory_bytes": list(self.peak_memory_bytes),
                 "oom": self.oom, "oom_devices": list(self.oom_devices), "sim_ms": round(self.sim_ms, 3),
                 "device_idle": [round(x, 4) for x in self.device_idle],
@@ -91,7 +91,7 @@ class OpEdges(NamedTuple):
 class Simulator:
     def __init__(self, analysis: Analysis, topology: Topology, costs: OpCosts | None = None,
                  comm: CommModel | None = None, profile: OpProfile | Iterable[OpProfile] | None = None,
-                 calibration: Any = "default", cost_model: CostModel | None = None, *,
+                 calibration: CalibrationChoice = "default", cost_model: CostModel | None = None, *,
                  cpu_executor: str = "per-process"):
         """`costs`: OpCosts for the training ops (default: a measured `profile` -- one OpProfile or
         several -- where its device type matches, else the analytical `cost_model`); `comm`: a CommModel with fitted transfers, or None;
@@ -134,7 +134,7 @@ class Simulator:
         other._regrouped = {}
         return other
 
-    def with_calibration(self, calibration: Any) -> Simulator:
+    def with_calibration(self, calibration: CalibrationChoice) -> Simulator:
         """The same graph and cluster under another calibration (op costs and expansion inputs are
         reused: this is what a calibration fit evaluates many times)."""
         from tag_tf import _simcore
@@ -297,7 +297,8 @@ class Simulator:
         per_sample = (p.op_per_sample.reshape(-1, n)).sum(axis=1)
         return [1.0 / per_sample[t] if per_sample[t] > 0 else 0.0 for t in p.dev_type]
 
-    def encode(self, strategy: Strategy) -> tuple[Any, ...]:
+    def encode(self, strategy: Strategy) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None,
+                                                  np.ndarray | None, int, bool, np.ndarray | None]:
         """The strategy as the flat arrays the native expander reads."""
         if strategy.op_groups is not None and tuple(strategy.op_groups) != self._own_groups:
             raise StrategyError("the strategy plans refined op groups: encode with sim.for_strategy(strategy)")

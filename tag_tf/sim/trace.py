@@ -47,7 +47,7 @@ def memory_timeline(graph: TaskGraph, result: SimResult, pool: int) -> tuple[np.
 
 
 def to_chrome_trace(graph: TaskGraph, result: SimResult, *, held_rows: bool = True,
-                    memory: bool = True) -> dict[str, Any]:
+                    memory: bool = True) -> dict[str, object]:
     """The trace as a dict ({"traceEvents": [...], "displayTimeUnit": "ms"}), ready for json.dump."""
     n, num_res = graph.num_tasks, graph.num_resources
     kinds = graph.resource_kinds or ("resources",) * num_res
@@ -121,7 +121,7 @@ def to_chrome_trace(graph: TaskGraph, result: SimResult, *, held_rows: bool = Tr
             "otherData": {"makespan_s": result.makespan, "num_tasks": n}}
 
 
-def write_chrome_trace(path: str | os.PathLike, graph: TaskGraph, result: SimResult, **kwargs: Any) -> str:
+def write_chrome_trace(path: str | os.PathLike, graph: TaskGraph, result: SimResult, **kwargs: bool) -> str:
     """Write to_chrome_trace(graph, result, **kwargs) as JSON to `path`; returns the path."""
     trace = to_chrome_trace(graph, result, **kwargs)
     path = os.fspath(path)

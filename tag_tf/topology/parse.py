@@ -55,13 +55,22 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import NoReturn, cast
 
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
 
 from tag_tf.errors import TopologyError
 from tag_tf.topology.gpus import GPU_TYPES, GpuType, gpu_type
-from tag_tf.topology.spec import COLLECTIVES, DEFAULT_INTER_LATENCY, INPUTS, LINK_KINDS, GpuSpec, Machine, Topology
+from tag_tf.topology.spec import (
+    COLLECTIVES,
+    DEFAULT_INTER_LATENCY,
+    INPUTS,
+    LINK_KINDS,
+    GpuSpec,
+    InterBandwidth,
+    Machine,
+    Topology,
+)
 from tag_tf.topology.units import (
     BANDWIDTH_UNITS,
     SIZE_UNITS,
@@ -98,7 +107,7 @@ def load_file(path: str) -> Topology:
     return topology_from_dict(data, source=path, default_name=stem)
 
 
-def topology_from_dict(d: Any, source: str | None = None, default_name: str = "topology") -> Topology:
+def topology_from_dict(d: object, source: str | None = None, default_name: str = "topology") -> Topology:
     """A Topology from a dict in the file format (see the module docstring)."""
     try:
         return _Reader().topology(d, default_name)
@@ -122,7 +131,7 @@ class _Reader:
     def fail(field: str, msg: str) -> NoReturn:
         raise TopologyError(f"{field}: {msg}")
 
-    def mapping(self, value: Any, field: str, keys: tuple[str, ...]) -> Mapping:
+    def mapping(self, value: object, field: str, keys: tuple[str, ...]) -> Mapping[str, object]:
         if not isinstance(value, Mapping):
             self.fail(field, f"expected a mapping, got {_kind(value)}")
         for k in value:
@@ -130,7 +139,7 @@ class _Reader:
                 self.fail(field, f"unknown key {k!r} (expected one of: {', '.join(keys)})")
         return value
 
-    def bandwidth(self, value: Any, field: str) -> float:
+    def bandwidth(self, value: object, field: str) -> float:
         try:
             bw = parse_bandwidth(value, self.bw_unit)
         except UnitError as e:
@@ -139,7 +148,7 @@ class _Reader:
             self.fail(field, f"bandwidth must be positive, got {value!r}")
         return bw
 
-    def size(self, value: Any, field: str) -> int:
+    def size(self, value: object, field: str) -> int:
         try:
             n = parse_size(value, self.mem_unit)
         except UnitError as e:
@@ -148,7 +157,7 @@ class _Reader:
             self.fail(field, f"must be positive, got {value!r}")
         return int(n)
 
-    def time(self, value: Any, field: str) -> float:
+    def time(self, value: object, field: str) -> float:
         try:
             t = parse_time(value, self.time_unit)
         except UnitError as e:
@@ -157,12 +166,12 @@ class _Reader:
             self.fail(field, f"must be non-negative, got {value!r}")
         return t
 
-    def positive_int(self, value: Any, field: str) -> int:
+    def positive_int(self, value: object, field: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             self.fail(field, f"expected a positive integer, got {value!r}")
         return value
 
-    def type_name(self, value: Any, field: str) -> str:
+    def type_name(self, value: object, field: str) -> str:
         if not isinstance(value, str):
             self.fail(field, f"expected a GPU type name, got {_kind(value)}")
         if value in self.custom:
@@ -174,7 +183,7 @@ class _Reader:
             self.fail(field, f"unknown GPU type {value!r}; known types: {', '.join(known)}")
 
     # ---- sections -----------------------------------------------------------------------------
-    def topology(self, d: Any, default_name: str) -> Topology:
+    def topology(self, d: object, default_name: str) -> Topology:
         d = self.mapping(d, "topology", _TOP_KEYS)
         name = d.get("name", default_name)
         if not isinstance(name, str) or not name:
@@ -204,12 +213,12 @@ class _Reader:
         if collectives not in COLLECTIVES:
             self.fail("inter.collectives", f"must be one of {', '.join(COLLECTIVES)}, got {collectives!r}")
         source = d.get("input", "client")
-        if source not in INPUTS:
+        if not isinstance(source, str) or source not in INPUTS:
             self.fail("input", f"must be one of {', '.join(INPUTS)}, got {source!r}")
         return Topology(name, tuple(machines), inter, latency, tuple(self.custom.values()), fabric, collectives,
                         source)
 
-    def units(self, value: Any) -> None:
+    def units(self, value: object) -> None:
         u = self.mapping(value, "units", ("bandwidth", "memory", "latency"))
         for key, table, attr in (("bandwidth", BANDWIDTH_UNITS, "bw_unit"),
                                  ("memory", SIZE_UNITS, "mem_unit"),
@@ -218,9 +227,9 @@ class _Reader:
                 if u[key] not in table:
                     self.fail(f"units.{key}", f"unknown unit {u[key]!r}; use one of "
                                               f"{', '.join(table)}")
-                setattr(self, attr, table[u[key]])
+                setattr(self, attr, table[cast(str, u[key])])   # a key of table, checked above
 
-    def custom_type(self, value: Any, field: str) -> GpuType:
+    def custom_type(self, value: object, field: str) -> GpuType:
         t = self.mapping(value, field, _TYPE_KEYS)
         for key in ("name", "mem_bandwidth", "memory"):
             if key not in t:
@@ -253,7 +262,7 @@ class _Reader:
                        half_flops=float(rates["half_tflops"]) * 1e12, sm_count=int(rates["sm_count"]),
                        capability=float(rates["capability"]), source="topology file")
 
-    def machine(self, value: Any, i: int) -> list[Machine]:
+    def machine(self, value: object, i: int) -> list[Machine]:
         field = f"machines[{i}]"
         m = self.mapping(value, field, _MACHINE_KEYS)
         name = m.get("name", f"m{i}")
@@ -272,7 +281,7 @@ class _Reader:
         names = [name] if "replicas" not in m else [f"{name}-{k}" for k in range(replicas)]
         return [Machine(n, gpus, bw, link, nic, latency, float(speed)) for n in names]
 
-    def gpus(self, value: Any, field: str) -> tuple[GpuSpec, ...]:
+    def gpus(self, value: object, field: str) -> tuple[GpuSpec, ...]:
         items = value if isinstance(value, list) else [value]
         out: list[GpuSpec] = []
         for k, item in enumerate(items):
@@ -302,7 +311,7 @@ class _Reader:
             self.fail(field, "a machine needs at least one GPU")
         return tuple(out)
 
-    def intra(self, value: Any, field: str) -> tuple[str, float, float | None]:
+    def intra(self, value: object, field: str) -> tuple[str, float, float | None]:
         if isinstance(value, str):
             parts = value.split(None, 1)
             spec: dict = {"link": parts[0].lower()} if parts else {}
@@ -319,7 +328,7 @@ class _Reader:
             if spec.get("latency") is not None else None
         return link, bw, latency
 
-    def inter(self, value: Any, machines: list[Machine]):
+    def inter(self, value: object, machines: list[Machine]) -> tuple[InterBandwidth, float]:
         if value is None:
             return None, DEFAULT_INTER_LATENCY
         if not isinstance(value, Mapping):   # a bare bandwidth means a switch
@@ -335,7 +344,7 @@ class _Reader:
             return self.matrix(v["matrix"], machines), latency
         return None, latency
 
-    def matrix(self, value: Any, machines: list[Machine]) -> tuple[tuple[float, ...], ...]:
+    def matrix(self, value: object, machines: list[Machine]) -> tuple[tuple[float, ...], ...]:
         n, names = len(machines), [m.name for m in machines]
         if isinstance(value, Mapping):
             index = {name: i for i, name in enumerate(names)}
@@ -375,11 +384,11 @@ class _Reader:
                            for j, bw in enumerate(r)) for i, r in enumerate(value))
 
 
-def _list(value: Any, field: str, reader: _Reader) -> list:
+def _list(value: object, field: str, reader: _Reader) -> list[object]:
     if not isinstance(value, list):
         reader.fail(field, f"expected a list, got {_kind(value)}")
     return value
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     return "nothing" if value is None else f"{type(value).__name__} {value!r}"

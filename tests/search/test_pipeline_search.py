@@ -7,9 +7,10 @@ import math
 
 from conftest import analysis_of, flat_costs
 
+from tag_tf.deadline import Deadline
 from tag_tf.search.baselines import device_capacities
 from tag_tf.search.mcts import MctsOptions, mcts_search
-from tag_tf.search.moves import Deadline, Evaluator
+from tag_tf.search.moves import Evaluator
 from tag_tf.search.registry import baseline
 from tag_tf.search.stages import pipeline_search, stage_blocks
 from tag_tf.sim.prepare import device_types

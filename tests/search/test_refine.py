@@ -12,10 +12,10 @@ from conftest import analysis_of
 
 from tag_tf.compiler import DeviceMap, compile_strategy
 from tag_tf.context import PassContext
+from tag_tf.deadline import Deadline
 from tag_tf.errors import StrategyError
 from tag_tf.search.baselines import random_strategy
 from tag_tf.search.mcts import candidate_actions
-from tag_tf.search.moves import Deadline
 from tag_tf.search.refine import dominant_groups, refine, split_groups
 from tag_tf.sim.simulator import Simulator
 from tag_tf.strategy import GroupPlan, Option, Strategy

@@ -141,8 +141,7 @@ def test_single_device_and_duplicate_plans_have_nothing_to_do():
 def test_the_planning_budget_bounds_sfb_too():
     """A deadline already past: no MILP starts and the plan comes back as given; `planning.search`
     with no budget left returns the best baseline without SFB work (nothing "+sfb" evaluated)."""
-    import time
-
+    from tag_tf.deadline import Deadline
     from tag_tf.frontend.planning import search
     from tag_tf.search.mcts import MctsOptions
 
@@ -150,7 +149,7 @@ def test_the_planning_budget_bounds_sfb_too():
     sim = Simulator(a, load_topology(TWO_MACHINES))
     dp = baseline("dp", sim.num_groups, sim.topology)
     assert apply_sfb(sim, dp).kept > 0                        # with time, SFB has cuts to keep here
-    late = apply_sfb(sim, dp, deadline=time.perf_counter())
+    late = apply_sfb(sim, dp, deadline=Deadline.after(0.0))
     assert late.solutions == () and late.kept == 0 and late.strategy == dp
     found = search(sim, sim.topology, options=MctsOptions(budget_s=0.0), sfb=True)
     assert found.found and found.sfb is not None and found.sfb.solutions == ()

@@ -73,8 +73,9 @@ def test_polish_keeps_levelled_shares_only_where_they_simulate_faster():
     import math
     import time
 
+    from tag_tf.deadline import Deadline
     from tag_tf.search.mcts import balance_shares
-    from tag_tf.search.moves import Deadline, Evaluator
+    from tag_tf.search.moves import Evaluator
     from tag_tf.search.registry import baseline
 
     _, a = analysis_of("cnn", batch_size=512, input_size=32, filters=(32, 64), dense_units=256)
