@@ -112,11 +112,11 @@ def plan_row(model: str, gpus: int, budget: float) -> dict:
     if status != 0:
         return {"error": f"tag-tf plan exited with {status}", "command": " ".join(cmd[1:])}
     d = json.loads(out)
-    base = d["baselines_s"]
+    base = d["baselines"]
     t = d["iteration_time_s"]
     return {"command": "tag-tf " + " ".join(cmd[1:]), "budget_s": budget, "wall_s": round(wall, 1),
-            "planning_s": d["planning_time_s"], "search_s": d["search_s"], "simulations": d["simulations"],
-            "iterations": d["iterations"], "simulations_per_s": d["simulations"] / max(d["search_s"], 1e-9),
+            "planning_s": d["planning_time_s"], "search_s": d["planning_time_s"], "simulations": d["simulations"],
+            "iterations": d["iterations"], "simulations_per_s": d["simulations"] / max(d["planning_time_s"], 1e-9),
             "plan_ms": t * 1e3, "lower_bound_ms": d["lower_bound_s"] * 1e3, "x_lower_bound": t / d["lower_bound_s"],
             "horovod_p_ms": base["horovod-p"] * 1e3, "best_subset_ms": base["best-subset"] * 1e3,
             "vs_horovod_p": base["horovod-p"] / t, "vs_best_subset": base["best-subset"] / t,

@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 
+from tag_tf.deadline import Deadline
 from tag_tf.errors import DeadlineExceeded
 
 log = logging.getLogger("tag_tf")
@@ -50,13 +51,17 @@ class Timer:
 
 
 class PassContext:
-    """Carries options, per-phase timers, instruments (callbacks after each pass) and a deadline."""
+    """Carries options, per-phase timers, instruments (callbacks after each pass) and a deadline
+    (`tag_tf.deadline.Deadline`: `deadline`, or `deadline_s` seconds from now; none by default),
+    which passes hand down to their long loops (`ctx.deadline`)."""
 
     def __init__(self, options: Options | None = None, deadline_s: float | None = None,
-                 instruments: tuple[Callable[[str, object], None], ...] = ()):
+                 instruments: tuple[Callable[[str, object], None], ...] = (), *, deadline: Deadline | None = None):
         self.options = options or Options()
-        self.deadline_s = deadline_s
-        self._deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        self.deadline = deadline if deadline is not None else (
+            Deadline.never() if deadline_s is None else Deadline.after(deadline_s))
+        self.deadline_s = deadline_s if deadline_s is not None else (
+            max(0.0, self.deadline.left()) if self.deadline.bounded else None)
         self.instruments = tuple(instruments)
         self.timers: dict[str, Timer] = {}
 
@@ -73,11 +78,10 @@ class PassContext:
             t.calls += 1
 
     def time_left(self) -> float | None:
-        return None if self._deadline is None else self._deadline - time.monotonic()
+        return self.deadline.left() if self.deadline.bounded else None
 
     def check_deadline(self, what: str) -> None:
-        left = self.time_left()
-        if left is not None and left <= 0:
+        if self.deadline.expired():
             raise DeadlineExceeded(f"{what}: the deadline of {self.deadline_s:g} s ran out before it started")
 
     def after_pass(self, name: str, result: object) -> None:

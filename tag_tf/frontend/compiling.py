@@ -38,7 +38,7 @@ class NothingToSplit(TagError):
     """A training graph whose best plan is one device whatever the cluster (no batch input)."""
 
 
-def compile_program(graph: tf.Graph, roots: Sequence[str], feeds: Mapping[str, object], fetches: Sequence[str],
+def compile_program(graph: tf.Graph, roots: Sequence[str], feeds: Mapping[str, np.ndarray], fetches: Sequence[str],
                     targets: Sequence[str], *, options: DistributeOptions, target: Target,
                     tasks: ClusterTasks | None) -> Program:
     """The program of `graph`'s first training run (`roots`: the train ops it compiles; `feeds`,
@@ -98,7 +98,8 @@ def _ir_with_batch(gd: object, meta: object, train_op: str | None, target: Targe
     raise CompileError(f"cannot train graph {ir.fingerprint} on {len(role.spec.tasks)} tasks: {reason}")
 
 
-def _analysed(ir: Graph, feeds: Mapping[str, object], options: DistributeOptions) -> tuple[PassContext, Analysis]:
+def _analysed(ir: Graph, feeds: Mapping[str, np.ndarray], options: DistributeOptions
+              ) -> tuple[PassContext, Analysis]:
     from tag_tf.analysis import analyze
     from tag_tf.context import Options, PassContext
     from tag_tf.profile.weights import reference_weights
@@ -106,8 +107,7 @@ def _analysed(ir: Graph, feeds: Mapping[str, object], options: DistributeOptions
     ctx = PassContext(Options(cache_dir=options.cache_dir, exact_batch_stats=options.exact_batch_stats))
     batch = None
     if ir.meta.batch_size is None:     # dynamic batch: plan at the size actually fed
-        sizes = [np.shape(value)[0] for f in ir.meta.feeds
-                 if f in feeds and np.ndim(value := np.asarray(feeds[f]))]
+        sizes = [np.shape(feeds[f])[0] for f in ir.meta.feeds if f in feeds and np.ndim(feeds[f])]
         batch = int(sizes[0]) if sizes else None
     return ctx, analyze(ctx, ir, batch_size=batch, weight_fn=reference_weights)
 
@@ -137,12 +137,12 @@ def _check_same_graph(message: PlanMessage | None, ir: Graph, compiled: Compiled
                            f"{ir.fingerprint}): every task must build the same graph and feed batches of the same size")
 
 
-def verify(analysis: Analysis, compiled: Compiled, feeds: Mapping[str, object], target: Target) -> None:
+def verify(analysis: Analysis, compiled: Compiled, feeds: Mapping[str, np.ndarray], target: Target) -> None:
     """`verify=True`: VerificationError unless the compiled graph trains like the original for
     VERIFY_STEPS steps on the first fed batch (synthetic values for the inputs it did not feed)."""
     from tag_tf.runtime.equivalence import check_equivalence
 
-    batch = {name: np.asarray(value) for name, value in feeds.items()}
+    batch = dict(feeds)
     batch.update({name: value for name, value in synthetic_batch(analysis).items() if name not in batch})
     kwargs = {}
     if target.cluster is not None:

@@ -16,14 +16,18 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from tag_tf.runtime.sessions import session_config
 
 if TYPE_CHECKING:
+    from tag_tf.analysis import Analysis
+    from tag_tf.frontend.distribute import Distribution
+    from tag_tf.frontend.program import Program
+    from tag_tf.search.local_search import GroupRow
     from tag_tf.search.mcts import MctsResult
     from tag_tf.sim.simulator import Simulator
     from tag_tf.strategy import Strategy
@@ -54,15 +58,6 @@ class DemoResult:
 
 def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget_s: float = 40.0,
              steps: int = TRAIN_STEPS, say: Callable[[str], None] = print) -> DemoResult:
-    from tag_tf.analysis import analyze
-    from tag_tf.context import PassContext
-    from tag_tf.frontend.loading import model_ir
-    from tag_tf.models import build_model
-    from tag_tf.profile.weights import reference_weights
-    from tag_tf.search.local_search import describe
-    from tag_tf.search.mcts import MctsOptions, mcts_search
-    from tag_tf.search.registry import label
-    from tag_tf.sim.simulator import Simulator
     from tag_tf.topology.load import load_topology
 
     os.makedirs(out_dir, exist_ok=True)
@@ -71,10 +66,27 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     say(f"tag_tf demo: built-in model '{model}' (batch {PLAN_BATCH}) on the built-in heterogeneous "
         f"cluster '{cluster}': {topology.num_devices} GPUs in {topology.num_machines} machines")
     say("  " + _cluster_line(topology))
+    analysis, rep = _analyze(model, say)
+    result, times, rows = _plan(analysis, topology, model, cluster, budget_s, out_dir, say)
+    plan_local, how = _local_plan(result.strategy, topology, model)
+    trained = _train_step(model, steps, plan_local, how, out_dir, say)
+    demo = DemoResult(times, result.speedup_over_dp, trained.plain, trained.tagged, trained.diff, out_dir,
+                      trained.noise, how, trained.where, trained.collectives, trained.diff_w, trained.noise_w)
+    _write_report(out_dir, demo, model, topology, rep, rows, result, time.perf_counter() - start)
+    say(f"4. report: {os.path.join(out_dir, 'report.md')} (plan.json, plan_local.json, timeline.png, "
+        f"timeline_dp.png, trace.json) - {time.perf_counter() - start:.0f} s in all")
+    return demo
 
-    # 1. Analyze -------------------------------------------------------------------------------
-    ctx = PassContext()
-    analysis = analyze(ctx, model_ir(build_model(model, batch_size=PLAN_BATCH, dropout=0.0)),
+
+def _analyze(model: str, say: Callable[[str], None]) -> tuple[Analysis, dict[str, Any]]:
+    """1. The model's IR, batch dimensions and op groups."""
+    from tag_tf.analysis import analyze
+    from tag_tf.context import PassContext
+    from tag_tf.frontend.loading import model_ir
+    from tag_tf.models import build_model
+    from tag_tf.profile.weights import reference_weights
+
+    analysis = analyze(PassContext(), model_ir(build_model(model, batch_size=PLAN_BATCH, dropout=0.0)),
                        rebuild=lambda b: model_ir(build_model(model, batch_size=b, dropout=0.0)),
                        weight_fn=reference_weights)
     rep = analysis.report()
@@ -82,10 +94,20 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
         f"{rep['simplified_ops']} planned ops in {rep['groups']} groups; "
         f"categories concat {rep['categories']['concat']} / sum {rep['categories']['sum']} / "
         f"other {rep['categories']['other']}; unclassified: {len(rep['unclassified'])}")
+    return analysis, rep
 
-    # 2. Plan (simulated) ----------------------------------------------------------------------
-    sim = Simulator(analysis, topology)
-    result = mcts_search(sim, topology, MctsOptions(budget_s=budget_s, progress=True))
+
+def _plan(analysis: Analysis, topology: Topology, model: str, cluster: str, budget_s: float, out_dir: str,
+          say: Callable[[str], None]) -> tuple[MctsResult, dict[str, float], list[GroupRow]]:
+    """2. The plan `distribute(strategy="auto")` makes for the cluster (simulated), beside every baseline."""
+    from tag_tf.frontend.planning import PlanRequest, plan_for, simulator
+    from tag_tf.search.local_search import describe
+    from tag_tf.search.registry import label
+
+    sim = simulator(analysis, topology)
+    planned = plan_for(analysis, topology, PlanRequest(budget_s=budget_s), sim=sim)
+    assert planned.search is not None, "auto plans a GPU cluster by its search"
+    result = cast("MctsResult", planned.search.result)
     times = plan_times_ms(result)
     physics = ("datasheet constants" if sim.calibration is None
                else f"calibration {sim.calibration_name!r}, fitted to the TAG paper's measured testbed times")
@@ -96,19 +118,34 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     say(f"     compute lower bound: {sim.lower_bound_s() * 1e3:.2f} ms")
     say(f"     predicted speed-up over DP: {result.speedup_over_dp:.2f}x, over the best baseline "
         f"({result.best_baseline}): {result.speedup_over_best_baseline:.2f}x  "
-        f"({result.simulations} strategies simulated in {result.seconds:.1f} s, MCTS)")
+        f"({planned.search.simulations} strategies simulated in {planned.search.seconds:.1f} s, MCTS"
+        f"{' and SFB' if planned.search.sfb is not None else ''})")
     rows = describe(result.strategy, topology, analysis.for_strategy(result.strategy).grouping.groups)
     say("     plan: " + _plan_summary(rows))
     result.strategy.save(os.path.join(out_dir, "plan.json"))
-    dp = _baseline(sim, "dp", topology)
     _timeline(sim, result.strategy, os.path.join(out_dir, "timeline.png"),
               f"{model} on {cluster}: tag_tf plan, {times['tag_tf (auto)']:.1f} ms (simulated)",
               os.path.join(out_dir, "trace.json"))
-    _timeline(sim, dp, os.path.join(out_dir, "timeline_dp.png"),
+    _timeline(sim, _baseline(sim, "dp", topology), os.path.join(out_dir, "timeline_dp.png"),
               f"{model} on {cluster}: data parallelism, {times[label('dp')]:.1f} ms (simulated)")
+    return result, times, rows
 
-    # 3. Real training on local virtual devices --------------------------------------------------
-    plan_local, how = _local_plan(result.strategy, topology, model)
+
+@dataclasses.dataclass
+class _Trained:
+    plain: list[float]
+    tagged: list[float]
+    diff: float
+    diff_w: float
+    noise: float
+    noise_w: float
+    where: dict[str, int]
+    collectives: int
+
+
+def _train_step(model: str, steps: int, plan_local: Strategy | str, how: str, out_dir: str,
+                say: Callable[[str], None]) -> _Trained:
+    """3. Real training on this machine's virtual devices, beside a plain single-device run."""
     say(f"3. train {steps} steps for real on this machine: {LOCAL_DEVICES} virtual CPU devices through "
         f"tag_tf.distribute with {how}, next to a plain single-device run")
     plain, plain_w = _train(model, steps)
@@ -127,13 +164,7 @@ def run_demo(out_dir: str, *, model: str = MODEL, cluster: str = CLUSTER, budget
     diff, diff_w = _rel_diff(plain, tagged), _weights_diff(plain_w, tagged_w)
     say(f"     largest relative difference: losses {diff:.2e}, trained variables {diff_w:.2e}; noise floor (the plain "
         f"run on the same batches, each batch's rows permuted): {noise:.2e}, {noise_w:.2e}")
-
-    demo = DemoResult(times, result.speedup_over_dp, plain, tagged, diff, out_dir, noise, how, where, collectives,
-                      diff_w, noise_w)
-    _write_report(out_dir, demo, model, topology, rep, rows, result, time.perf_counter() - start)
-    say(f"4. report: {os.path.join(out_dir, 'report.md')} (plan.json, plan_local.json, timeline.png, "
-        f"timeline_dp.png, trace.json) - {time.perf_counter() - start:.0f} s in all")
-    return demo
+    return _Trained(plain, tagged, diff, diff_w, noise, noise_w, where, collectives)
 
 
 def plan_times_ms(result: MctsResult) -> dict[str, float]:
@@ -160,7 +191,7 @@ def _cluster_line(topology: Topology) -> str:
     return "; ".join(f"{n} machine{'s' if n > 1 else ''} with {k}" for k, n in kinds.items()) + f"; {net}"
 
 
-def _plan_summary(rows: list[dict[str, Any]]) -> str:
+def _plan_summary(rows: list[GroupRow]) -> str:
     counts: dict[tuple[str, str], int] = {}
     for r in rows:
         where = ", ".join(f"{n}x {t}" for t, n in sorted(r["by_type"].items()))
@@ -186,7 +217,7 @@ def _timeline(sim: Simulator, strategy: Strategy, png: str, title: str, trace: s
         write_chrome_trace(trace, graph, result)
 
 
-def _local_plan(plan: Strategy, topology: Topology, model: str) -> tuple[Any, str]:
+def _local_plan(plan: Strategy, topology: Topology, model: str) -> tuple[Strategy | str, str]:
     """The testbed plan's structure on the LOCAL_DEVICES local devices: testbed GPU i becomes local
     device i mod LOCAL_DEVICES, so a group keeps its option and (up to LOCAL_DEVICES) its replica
     count: a group replicated over 4 V100s is replicated over 4 local devices, one spanning two
@@ -222,7 +253,7 @@ def _local_plan(plan: Strategy, topology: Topology, model: str) -> tuple[Any, st
 
 
 @contextlib.contextmanager
-def _distributed(out_dir: str, strategy: Any):
+def _distributed(out_dir: str, strategy: Strategy | str) -> Iterator[Distribution]:
     import tag_tf
 
     with tag_tf.distribute(strategy=strategy, topology=f"local:{LOCAL_DEVICES}",
@@ -230,7 +261,7 @@ def _distributed(out_dir: str, strategy: Any):
         yield dist
 
 
-def _ops_per_device(program: Any) -> dict[str, int]:
+def _ops_per_device(program: Program) -> dict[str, int]:
     """Ops of the compiled graph on each device (short device names), in device order."""
     counts: dict[str, int] = {}
     for node in program.compiled.graph_def.node:
@@ -287,7 +318,7 @@ def _weights_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
 
 
 def _write_report(out_dir: str, demo: DemoResult, model: str, topology: Topology, analysis: dict[str, Any],
-                  rows: list[dict[str, Any]], search: MctsResult, seconds: float) -> None:
+                  rows: list[GroupRow], search: MctsResult, seconds: float) -> None:
     lines = [
         f"# tag_tf demo: {model} on {topology.name}",
         "",

@@ -82,6 +82,7 @@ from tag_tf.frontend.target import Target, resolve_target
 from tag_tf.frontend.tasks import ClusterTasks
 
 if TYPE_CHECKING:
+    import numpy as np
     import tensorflow as tf
 
 log = logging.getLogger("tag_tf.distribute")
@@ -232,7 +233,7 @@ class Distribution:
         return state is not None and state.runner is not None
 
     def dispatch(self, sess: tf.compat.v1.Session, original: OriginalRun, targets: list[tf.Operation],
-                 fetches: list[tf.Tensor], feeds: dict[object, object], options: object, run_metadata: object
+                 fetches: list[tf.Tensor], feeds: dict[object, np.ndarray], options: object, run_metadata: object
                  ) -> list[object]:
         """One `_do_run` of a user session: pass it through, or run it on the compiled graph."""
         run = UserRun(sess, original, targets, fetches, feeds, options, run_metadata)

@@ -115,12 +115,14 @@ def strategy_from_spec(spec: str, analysis: Analysis, topology: Topology, *, see
     with `check_topology`, the topology it was made for)."""
     import numpy as np
 
+    from tag_tf.frontend.planning import PLANNED, PlanRequest, plan_for
     from tag_tf.search.baselines import random_strategy
-    from tag_tf.search.registry import REGISTRY, make_baseline
     from tag_tf.strategy import Strategy
 
     n = len(analysis.grouping.groups)
-    if spec.endswith("+sfb") and spec != "+sfb":      # a baseline with sufficient factor broadcasting
+    if spec in PLANNED and spec != "auto":       # a baseline, perhaps with SFB: planned as distribute plans it
+        return plan_for(analysis, topology, PlanRequest(spec, budget_s=budget_s), sim=sim).strategy
+    if spec.endswith("+sfb") and spec != "+sfb":      # random+sfb
         import dataclasses
 
         from tag_tf.search.sfb import apply_sfb
@@ -130,12 +132,6 @@ def strategy_from_spec(spec: str, analysis: Analysis, topology: Topology, *, see
         base = strategy_from_spec(spec[:-4], analysis, topology, seed=seed, check_topology=check_topology,
                                   budget_s=budget_s, sim=sim)
         return dataclasses.replace(apply_sfb(sim, base).strategy, name=spec)
-    if spec in REGISTRY:
-        def judge() -> Simulator:
-            from tag_tf.sim.simulator import Simulator
-
-            return sim or Simulator(analysis, topology)
-        return make_baseline(spec, n, topology, judge, budget_s)
     if spec == "random":
         return random_strategy(n, topology.num_devices, np.random.default_rng(seed))
     strategy = Strategy.load(spec)

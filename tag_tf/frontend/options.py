@@ -3,7 +3,7 @@ typed and validated once, when the options are made: one `OptionsError` naming t
 (a `StrategyError` for a strategy that names no baseline and no file).
 
     opts = DistributeOptions(strategy="dp", topology="local:2", budget_s=5)
-    with tag_tf.distribute(**opts.as_kwargs()): ...      # or tag_tf.distribute(options=opts)
+    with tag_tf.distribute(**opts.as_kwargs()): ...      # or Distribution(opts) (frontend/distribute.py)
 """
 from __future__ import annotations
 
@@ -11,22 +11,16 @@ import dataclasses
 import math
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Union
+from typing import Union
 
 from tag_tf.errors import OptionsError
+from tag_tf.frontend.planning import StrategyRequest, check_request
+from tag_tf.frontend.target import ClusterRequest, TopologyRequest
 from tag_tf.sim.calibration import Calibration
 from tag_tf.strategy import Strategy
 from tag_tf.topology.spec import Topology
 
-if TYPE_CHECKING:
-    from tensorflow.distribute.cluster_resolver import ClusterResolver
-
-    from tag_tf.runtime.cluster import ClusterSpec
-
 # What each option may be (the docstring of `distribute` says what each form means).
-StrategyRequest = Union[str, "os.PathLike[str]", Strategy]
-TopologyRequest = Union[str, "os.PathLike[str]", Mapping[str, object], Topology, None]
-ClusterRequest = Union[str, "os.PathLike[str]", "ClusterSpec", "ClusterResolver", None]
 CalibrationRequest = Union[str, "os.PathLike[str]", Calibration, None]
 
 FALLBACKS = ("error", "single")
@@ -72,8 +66,6 @@ class DistributeOptions:
         self._check_calibration()
 
     def _check_strategy(self) -> None:
-        from tag_tf.frontend.planning import check_request
-
         if not isinstance(self.strategy, (str, os.PathLike, Strategy)):
             raise OptionsError("strategy", f"expected a strategy name, a Strategy or a strategy JSON file, "
                                            f"got {type(self.strategy).__name__}")

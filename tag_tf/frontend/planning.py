@@ -18,7 +18,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 from tag_tf.context import CACHE_ENV, default_cache_dir  # noqa: F401  (re-exported: the plan cache's root)
 from tag_tf.datafiles import write_atomic
@@ -38,10 +38,14 @@ if TYPE_CHECKING:
     from tag_tf.search.local_search import SearchResult
     from tag_tf.search.mcts import MctsOptions, MctsResult
     from tag_tf.search.sfb import SfbOutcome
+    from tag_tf.sim.calibration import CalibrationChoice
     from tag_tf.sim.simulator import Simulator
     from tag_tf.topology.spec import Topology
 
 log = logging.getLogger("tag_tf.planning")
+
+# What a user may ask `distribute` to train with: a PLANNED name, a strategy JSON file or a Strategy.
+StrategyRequest = Union[str, "os.PathLike[str]", Strategy]
 
 # Every list of baselines below follows search.registry.REGISTRY (the one list of them).
 BASELINE_REQUESTS = Names(baseline_names)
@@ -96,7 +100,7 @@ def tf32_enabled() -> bool:
     return bool(tf.config.experimental.tensor_float_32_execution_enabled())
 
 
-def simulator(analysis: Analysis, topology: Topology, calibration: Any = "default",
+def simulator(analysis: Analysis, topology: Topology, calibration: CalibrationChoice = "default",
               costs: StoredCosts | None = None) -> Simulator:
     """The simulator plans are judged with: `calibration`'s physics, op times from `costs` (the
     profile database's StoredCosts: measured profiles, calibrated constants) where it has them, GPU
@@ -168,7 +172,7 @@ def stored_costs_for(analysis: Analysis, topology: Topology, db: ProfileDB | str
 
 
 def baseline(name: str, analysis: Analysis, topology: Topology, budget_s: float | None = None,
-             calibration: Any = "default", costs: StoredCosts | None = None, sim: Simulator | None = None
+             calibration: CalibrationChoice = "default", costs: StoredCosts | None = None, sim: Simulator | None = None
              ) -> Strategy:
     """The named baseline (search.registry.REGISTRY) for this analysis on this topology, stamped
     with both; a searched one ("heterog", "best-subset") judged by `sim` where given (the simulator
@@ -178,8 +182,8 @@ def baseline(name: str, analysis: Analysis, topology: Topology, budget_s: float 
     if name.endswith(SFB):
         from tag_tf.search.sfb import apply_sfb
 
-        base = baseline(name[: -len(SFB)], analysis, topology, budget_s, calibration, costs)
-        outcome = apply_sfb(simulator(analysis, topology, calibration, costs), base)
+        base = baseline(name[: -len(SFB)], analysis, topology, budget_s, calibration, costs, sim)
+        outcome = apply_sfb(sim if sim is not None else simulator(analysis, topology, calibration, costs), base)
         log.info("%s: SFB replaces %d of %d gradient synchronisations, %.3g -> %.3g ms (simulated)", name,
                  outcome.kept, len(outcome.solutions), outcome.before_s * 1e3, outcome.after_s * 1e3)
         return dataclasses.replace(outcome.strategy, name=name)
@@ -244,44 +248,117 @@ def search(sim: Simulator, topology: Topology, *, method: str = "mcts", options:
     return Search(result, outcome, simulations, seconds)
 
 
-def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None = None, calibration: Any = "default",
-                costs: StoredCosts | None = None, sfb: bool = True, sim: Simulator | None = None,
-                drive_s: float = 0.0) -> Strategy:
-    """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds:
-    the strategy creator's MCTS (search.priors.default_prior guides it), polished by the local
-    search's moves, then (`sfb`) sufficient factor broadcasting where it simulates faster; never
-    slower (simulated) than the best baseline. Shows a progress bar on terminals. With no `budget_s`
-    the search ends early once it has converged (DEFAULT_PATIENCE_S); a given budget bounds the search and
-    SFB together (`search`).
-    `sim`: judge plans with this simulator instead (e.g. `local_machine_simulator`).
-    `drive_s`: what a plan that only one client can drive pays per step and per other task it spans,
-    where every task could drive its own part (`Target.drive_s`; see `between_graph_choice`)."""
-    from tag_tf.search.local_search import NOTHING_FITS
-    from tag_tf.search.mcts import MctsOptions
+@dataclasses.dataclass(frozen=True)
+class PlanRequest:
+    """What to plan (`plan_for`): a PLANNED name ("auto", a baseline, "<baseline>+sfb") and how.
 
-    budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
-    patience = DEFAULT_PATIENCE_S if budget_s is None else None
-    sim = sim if sim is not None else simulator(analysis, topology, calibration, costs)
+    budget_s: the planning budget, the search and SFB together (None: DEFAULT_BUDGET_S, ending early
+    once converged, DEFAULT_PATIENCE_S); patience_s: end the tree search once the best plan has not
+    improved for this long (None: as just said); iterations, method ("mcts" or "local"), prior,
+    weights, seed: the search's; sfb: sufficient factor broadcasting after it; progress: a progress
+    bar on terminals; calibration and costs: the physics and measured op times plans are judged
+    with; drive_s: what a plan that only one client can drive pays per step and per other task
+    (`Target.drive_s`, see `between_graph_choice`). A bad field is a StrategyError naming it."""
+
+    name: str = "auto"
+    budget_s: float | None = None
+    patience_s: float | None = None
+    iterations: int | None = None
+    method: str = "mcts"
+    prior: str | None = None
+    weights: str | None = None
+    seed: int = 0
+    sfb: bool = True
+    progress: bool = True
+    calibration: CalibrationChoice = "default"
+    costs: StoredCosts | None = None
+    drive_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.name not in PLANNED:
+            raise StrategyError(f"strategy {self.name!r}: expected one of {', '.join(PLANNED)}")
+        if self.iterations is not None and self.iterations < 1:
+            raise StrategyError(f"--iterations must be at least 1, got {self.iterations}")
+        if self.budget_s is not None and not self.budget_s >= 0:
+            raise StrategyError(f"--budget-s must not be negative, got {self.budget_s}")
+        if self.patience_s is not None and not self.patience_s > 0:
+            raise StrategyError(f"--patience-s must be positive, got {self.patience_s}")
+        if self.method not in ("mcts", "local"):
+            raise StrategyError(f"search: expected 'mcts' or 'local', got {self.method!r}")
+        if self.method == "mcts" and self.weights and self.prior == "uniform":
+            raise StrategyError("--weights is for the GNN prior, not --prior uniform")
+
+    def search_options(self) -> MctsOptions:
+        from tag_tf.search.mcts import MctsOptions
+
+        patience = self.patience_s if self.patience_s is not None else (
+            DEFAULT_PATIENCE_S if self.budget_s is None else None)
+        return MctsOptions(budget_s=DEFAULT_BUDGET_S if self.budget_s is None else self.budget_s,
+                           iterations=self.iterations, seed=self.seed, progress=self.progress, patience_s=patience)
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """A planned strategy, its simulated iteration time ("auto"; nan for a baseline: not simulated
+    here), the search that found it ("auto"; None for a baseline) and the planning time."""
+
+    strategy: Strategy
+    iteration_time_s: float
+    search: Search | None
+    seconds: float
+
+
+def plan_for(analysis: Analysis, topology: Topology, request: PlanRequest | None = None, *,
+             sim: Simulator | None = None) -> Planned:
+    """The one planning entry point: the plan of `request` (default: "auto") for `analysis` on
+    `topology`, judged by `sim` where given (e.g. `local_machine_simulator`), else by the request's
+    calibration and costs. `distribute` (through `resolve_strategy`, with the plan cache), the
+    Estimator wrapper, `tag-tf plan`, `tag-tf simulate`, the demo and the benchmarks plan here."""
+    request = request if request is not None else PlanRequest()
+    start = time.perf_counter()
+    if request.name == "auto":
+        return _auto(analysis, topology, request, sim, start)
+    judge = sim
+    client = client_for(analysis, topology, request.drive_s)
+    if request.name == "best-subset" and client is not None:    # which hosts to keep depends on feeding them
+        judge = (sim or simulator(analysis, topology, request.calibration, request.costs)).with_client(client)
+    strategy = baseline(request.name, analysis, topology, request.budget_s, request.calibration, request.costs,
+                        sim=judge)
+    return Planned(strategy, math.nan, None, time.perf_counter() - start)
+
+
+def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None = None,
+                calibration: CalibrationChoice = "default", costs: StoredCosts | None = None, sfb: bool = True,
+                sim: Simulator | None = None, drive_s: float = 0.0) -> Strategy:
+    """The best plan the planner can give for `analysis` on `topology` within `budget_s` seconds
+    (`plan_for` with "auto"): the strategy creator's MCTS, polished by the local search's moves,
+    then (`sfb`) sufficient factor broadcasting where it simulates faster; never slower (simulated)
+    than the best baseline, nor than the plain program on its fastest device."""
+    return plan_for(analysis, topology, PlanRequest(budget_s=budget_s, calibration=calibration, costs=costs, sfb=sfb,
+                                                    drive_s=drive_s), sim=sim).strategy
+
+
+def _auto(analysis: Analysis, topology: Topology, request: PlanRequest, sim: Simulator | None, start: float
+          ) -> Planned:
+    """"auto": the search (`search`), then the plan that every task can drive where driving one
+    costs more than it gains (`between_graph_choice`), and never slower than one device."""
+    from tag_tf.search.local_search import NOTHING_FITS
+
+    drive_s = request.drive_s
+    sim = sim if sim is not None else simulator(analysis, topology, request.calibration, request.costs)
     if sim.client is None and (client := client_for(analysis, topology, drive_s)) is not None:
         sim = sim.with_client(client)      # every plan judged with the feed and drive it costs the client
-    if drive_s > 0 and topology.num_machines > 1 and _cpus_only(topology) and _alike(topology):
-        # Tasks that drive themselves on alike CPU hosts: only whole replicas are worth running
-        # (between_graph_choice), and even shares on every host are what there is to find: no search,
-        # the fastest that fits. Hosts of measured unequal speeds or links are searched.
-        plans = {name: baseline(name, analysis, topology, sim=sim) for name in FALLBACK_BASELINES}
-        fits = {name: t for name, p in plans.items() if math.isfinite(t := sim.simulate(p).iteration_time_s)}
-        if fits:
-            name = min(fits, key=lambda n: fits[n])
-            log.info("auto plan: %s (%.3g ms simulated): every task drives its own part of each step; on CPU "
-                     "devices only whole replicas are worth that (see between_graph_choice)", name, fits[name] * 1e3)
-            return stamped(plans[name], analysis, topology)
-    found = search(sim, topology, options=MctsOptions(budget_s=budget, progress=True, patience_s=patience), sfb=sfb)
+    shortcut = _alike_cpu_tasks(analysis, topology, sim, drive_s)
+    if shortcut is not None:
+        return Planned(shortcut[0], shortcut[1], None, time.perf_counter() - start)
+    found = search(sim, topology, method=request.method, options=request.search_options(), prior=request.prior,
+                   weights=request.weights, sfb=request.sfb)
     result = found.result
     if found.sfb is not None:
         log.info("auto plan: SFB replaces %d of %d gradient synchronisations (%.3g -> %.3g ms simulated)",
                  found.sfb.kept, len(found.sfb.solutions), found.sfb.before_s * 1e3, found.sfb.after_s * 1e3)
     if not result.found:
-        raise StrategyError(f"strategy='auto': no plan fits {topology.name!r}: {NOTHING_FITS} "
+        raise StrategyError(f"strategy='auto': no plan found; no plan fits {topology.name!r}: {NOTHING_FITS} "
                             f"(batch {analysis.batch_size})")
     log.info("auto plan: %.3g ms per iteration simulated (best baseline %s: %.3g ms), %d simulations in %.1f s",
              result.iteration_time_s * 1e3, result.best_baseline,
@@ -289,25 +366,54 @@ def choose_auto(analysis: Analysis, topology: Topology, budget_s: float | None =
     strategy = between_graph_choice(result.strategy, result.iteration_time_s, result.baselines, analysis, topology,
                                     drive_s, sim)
     seconds = result.iteration_time_s if strategy is result.strategy else sim.simulate(strategy).iteration_time_s
+    strategy, seconds = _never_slower_than_one_device(sim, analysis, topology, drive_s, strategy, seconds)
+    _warn_one_device(strategy, seconds, result.baselines, topology)
+    return Planned(stamped(strategy, analysis, topology), seconds, found, time.perf_counter() - start)
+
+
+def _alike_cpu_tasks(analysis: Analysis, topology: Topology, sim: Simulator, drive_s: float
+                     ) -> tuple[Strategy, float] | None:
+    """Tasks that drive themselves on alike CPU hosts: only whole replicas are worth running
+    (between_graph_choice), and even shares on every host are what there is to find: no search, the
+    fastest that fits. Hosts of measured unequal speeds or links are searched (None)."""
+    if not (drive_s > 0 and topology.num_machines > 1 and _cpus_only(topology) and _alike(topology)):
+        return None
+    plans = {name: baseline(name, analysis, topology, sim=sim) for name in FALLBACK_BASELINES}
+    fits = {name: t for name, p in plans.items() if math.isfinite(t := sim.simulate(p).iteration_time_s)}
+    if not fits:
+        return None
+    name = min(fits, key=lambda n: fits[n])
+    log.info("auto plan: %s (%.3g ms simulated): every task drives its own part of each step; on CPU "
+             "devices only whole replicas are worth that (see between_graph_choice)", name, fits[name] * 1e3)
+    return stamped(plans[name], analysis, topology), fits[name]
+
+
+def _never_slower_than_one_device(sim: Simulator, analysis: Analysis, topology: Topology, drive_s: float,
+                                  strategy: Strategy, seconds: float) -> tuple[Strategy, float]:
+    """The plain program on its fastest device is a plan users always have: never slower than it.
+    On a tie, the first machine's (the chief's, where the feeds are: a plan on another machine only,
+    equal in simulation, moves every batch over the network to it)."""
     alone, alone_s = one_device_plan(sim, analysis, topology, drive_s)
     if alone is not None and (alone_s < seconds or (alone_s <= seconds and 0 not in strategy.machines(topology))):
-        # The plain program on its fastest device is a plan users always have: never slower than it.
-        # On a tie, the first machine's (the chief's, where the feeds are: a plan on another machine
-        # only, equal in simulation, moves every batch over the network to it).
         log.info("auto plan: one device (%.3g ms simulated) beats the plan chosen so far (%.3g ms)", alone_s * 1e3,
                  seconds * 1e3)
-        strategy, seconds = alone, alone_s
+        return alone, alone_s
+    return strategy, seconds
+
+
+def _warn_one_device(strategy: Strategy, seconds: float, baselines: Mapping[str, float | None],
+                     topology: Topology) -> None:
     devices = {d for g in strategy.groups for d in g.devices}
-    if len(devices) == 1 and topology.num_devices > 1:
-        (device,) = devices
-        known = {n: t for n, t in result.baselines.items()           # data parallelism over every device
-                 if n in WHOLE_REPLICA_BASELINES and t is not None and math.isfinite(t)}
-        best = min(known, key=lambda n: known[n]) if known else None
-        log.warning("tag_tf: auto keeps the model on one device (%s of machine %r): %.3g ms per step simulated%s",
-                    device, topology.machines[topology.devices[device].machine].name, seconds * 1e3,
-                    "" if best is None else f", {known[best] / seconds:.2f}x faster than {best} "
-                                            f"({known[best] * 1e3:.3g} ms) on all {topology.num_devices} devices")
-    return stamped(strategy, analysis, topology)
+    if len(devices) != 1 or topology.num_devices == 1:
+        return
+    (device,) = devices
+    known = {n: t for n, t in baselines.items()           # data parallelism over every device
+             if n in WHOLE_REPLICA_BASELINES and t is not None and math.isfinite(t)}
+    best = min(known, key=lambda n: known[n]) if known else None
+    log.warning("tag_tf: auto keeps the model on one device (%s of machine %r): %.3g ms per step simulated%s",
+                device, topology.machines[topology.devices[device].machine].name, seconds * 1e3,
+                "" if best is None else f", {known[best] / seconds:.2f}x faster than {best} "
+                                        f"({known[best] * 1e3:.3g} ms) on all {topology.num_devices} devices")
 
 
 def one_device_plan(sim: Simulator, analysis: Analysis, topology: Topology, drive_s: float = 0.0
@@ -405,7 +511,7 @@ def stamped(strategy: Strategy, analysis: Analysis, topology: Topology, name: st
 # ---------------------------------------------------------------------------------------------
 # Requests
 # ---------------------------------------------------------------------------------------------
-def request_key(request: Any) -> str:
+def request_key(request: StrategyRequest) -> str:
     """A stable name for a strategy request (part of the cache key and of log lines)."""
     if isinstance(request, Strategy):
         return f"strategy:{request.fingerprint}"
@@ -418,25 +524,25 @@ def request_key(request: Any) -> str:
                         f"got {type(request).__name__}")
 
 
-def check_request(request: Any) -> None:
+def check_request(request: StrategyRequest) -> None:
     """Raise StrategyError now for a request that can never resolve (unknown name, missing file)."""
     key = request_key(request)
-    if key.startswith("file:") and not os.path.exists(os.fspath(request)):
+    if not isinstance(request, Strategy) and key.startswith("file:") and not os.path.exists(os.fspath(request)):
         raise StrategyError(f"strategy {os.fspath(request)!r}: not one of {', '.join(PLANNED)} nor an "
                             f"existing strategy JSON file")
 
 
-def _given(request: Any) -> Strategy:
+def _given(request: StrategyRequest) -> Strategy:
     if isinstance(request, Strategy):
         return request
     check_request(request)
     return Strategy.load(os.fspath(request))
 
 
-def resolve_strategy(analysis: Analysis, topology: Topology, request: Any = "auto", *, cache_dir: str | None = None,
+def resolve_strategy(analysis: Analysis, topology: Topology, request: StrategyRequest = "auto", *, cache_dir: str | None = None,
                      budget_s: float | None = None,
                      planner: Callable[[Analysis, Topology, str, float | None], Strategy] | None = None,
-                     calibration: Any = "default", costs: StoredCosts | None = None, sfb: bool = True,
+                     calibration: CalibrationChoice = "default", costs: StoredCosts | None = None, sfb: bool = True,
                      drive_s: float = 0.0) -> Plan:
     """The strategy to compile `analysis` with on `topology`.
 
@@ -473,16 +579,12 @@ def resolve_strategy(analysis: Analysis, topology: Topology, request: Any = "aut
     return Plan(strategy, key, cache_hit=False, cache_path=path, seconds=seconds)
 
 
-def plan(analysis: Analysis, topology: Topology, request: str, budget_s: float | None, calibration: Any = "default",
-         costs: StoredCosts | None = None, sfb: bool = True, drive_s: float = 0.0) -> Strategy:
-    """Plan a strategy for a PLANNED request (the hook the real search plugs into via choose_auto)."""
-    if request == "auto":
-        return choose_auto(analysis, topology, budget_s, calibration, costs, sfb, drive_s=drive_s)
-    client = client_for(analysis, topology, drive_s)
-    if request == "best-subset" and client is not None:    # which hosts to keep depends on feeding them
-        return baseline(request, analysis, topology, budget_s, calibration, costs,
-                        sim=simulator(analysis, topology, calibration, costs).with_client(client))
-    return baseline(request, analysis, topology, budget_s, calibration, costs)
+def plan(analysis: Analysis, topology: Topology, request: str, budget_s: float | None,
+         calibration: CalibrationChoice = "default", costs: StoredCosts | None = None, sfb: bool = True,
+         drive_s: float = 0.0) -> Strategy:
+    """The strategy of a PLANNED request (`resolve_strategy`'s planner): `plan_for`'s."""
+    return plan_for(analysis, topology, PlanRequest(request, budget_s=budget_s, calibration=calibration, costs=costs,
+                                                    sfb=sfb, drive_s=drive_s)).strategy
 
 
 def client_for(analysis: Analysis, topology: Topology, drive_s: float) -> Client | None:
@@ -494,7 +596,7 @@ def client_for(analysis: Analysis, topology: Topology, drive_s: float) -> Client
     return Client(fed_bytes(analysis), drive_s, between_graph=True)
 
 
-def _calibration_key(calibration: Any, topology: Topology) -> str:
+def _calibration_key(calibration: CalibrationChoice, topology: Topology) -> str:
     """The physics a plan was judged with (a refitted shipped calibration is other physics too)."""
     from tag_tf.sim.calibration import resolve
 
@@ -522,7 +624,7 @@ class PlanCache:
     def __init__(self, root: str | None = None):
         self.root = os.path.join(root or default_cache_dir(), "plans")
 
-    def path_for(self, analysis: Analysis, topology: Topology, request: str, *, calibration: Any = "default",
+    def path_for(self, analysis: Analysis, topology: Topology, request: str, *, calibration: CalibrationChoice = "default",
                  costs: StoredCosts | None = None, sfb: bool = True, drive_s: float = 0.0) -> str:
         """Where the plan of a PLANNED `request` for `analysis` on `topology` lives: a plan made under
         other physics (calibration values, measured op times) or without SFB is another plan."""
@@ -558,6 +660,20 @@ class PlanCache:
             log.warning("unreadable plan cache entry %s (%s); planning again", path, e)
             return None
 
+    def offer(self, path: str, strategy: Strategy, seconds: float, sim: Simulator) -> bool:
+        """Store `strategy` (simulated `seconds`) at `path` unless the plan there simulates at least as
+        fast (a longer search may have made it; the key holds no budget or seed). Whether it was stored."""
+        old = self.load(path)
+        if old is not None:
+            try:
+                report = sim.simulate(old)
+            except StrategyError:                     # stale for these groups: replace it
+                report = None
+            if report is not None and not report.oom and report.iteration_time_s <= seconds:
+                return False
+        self.store(path, strategy, "auto")
+        return True
+
     def store(self, path: str, strategy: Strategy, request: str) -> None:
         """Write atomically (two processes may plan the same graph at once); a read-only or full
         disk only costs the next run a re-plan."""
@@ -568,5 +684,5 @@ class PlanCache:
             log.warning("cannot write the plan cache %s (%s)", path, e)
 
 
-__all__ = ["Plan", "PlanCache", "Search", "baseline", "between_graph_choice", "check_request", "choose_auto",
-           "default_cache_dir", "plan", "request_key", "resolve_strategy", "search", "simulator", "stamped", "stored_costs_for"]
+__all__ = ["Plan", "PlanCache", "PlanRequest", "Planned", "Search", "StrategyRequest", "baseline", "between_graph_choice", "check_request", "choose_auto",
+           "default_cache_dir", "plan", "plan_for", "request_key", "resolve_strategy", "search", "simulator", "stamped", "stored_costs_for"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -18,9 +18,20 @@ from tag_tf.frontend.session_patch import original_do_run
 from tag_tf.frontend.target import Target
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import tensorflow as tf
+    from tensorflow.core.framework.graph_pb2 import GraphDef
+    from tensorflow.core.framework.node_def_pb2 import NodeDef
+    from tensorflow.core.protobuf.meta_graph_pb2 import MetaGraphDef
+
     from tag_tf.analysis import Analysis
     from tag_tf.compiler import Compiled
+    from tag_tf.compiler.localize import TaskGraph
     from tag_tf.ir.graph import Graph
+
+# Fed values by tensor name: what `BaseSession._do_run` receives (TensorFlow has made each an array).
+Feeds = Mapping[str, np.ndarray]
 
 # Ops that initialise state other than variables (replayed in the compiled session at migration).
 _STATE_INIT_OPS = frozenset({"MakeIterator", "InitializeTable", "InitializeTableV2", "InitializeTableFromTextFile",
@@ -47,7 +58,7 @@ class GraphInfo:
     saves: frozenset[str] = frozenset()             # ops downstream of a checkpoint write (SaveV2)
 
     @staticmethod
-    def of(graph: Any) -> GraphInfo:
+    def of(graph: tf.Graph) -> GraphInfo:
         import tensorflow as tf
 
         from tag_tf.ir import opsets
@@ -84,7 +95,7 @@ class GraphInfo:
                          downstream(sources), downstream(op.name for op in restores),
                          frozenset(op.inputs[0].name for op in restores), downstream(saves))
 
-    def every_training_root(self, graph: Any, first: Sequence[str]) -> list[str]:
+    def every_training_root(self, graph: tf.Graph, first: Sequence[str]) -> list[str]:
         """The training roots a program compiles: the first training run's, then every other op that
         trains and that no other training op runs after (a GAN's second optimizer, the apply op of
         gradients accumulated by separate runs), so that every later training run is one the
@@ -114,9 +125,9 @@ class GraphInfo:
         return list(dict.fromkeys(roots))
 
     @staticmethod
-    def upstream(graph: Any, names: Sequence[str]) -> list[Any]:
+    def upstream(graph: tf.Graph, names: Sequence[str]) -> list[tf.Operation]:
         """The ops of live `graph` that running ops `names` runs (data and control inputs)."""
-        seen: dict[str, Any] = {}
+        seen: dict[str, tf.Operation] = {}
         stack = [graph.get_operation_by_name(n) for n in names]
         while stack:
             op = stack.pop()
@@ -136,8 +147,8 @@ class GraphInfo:
         return []
 
 
-def capture(graph: Any, roots: Sequence[str], feeds: Mapping[str, Any] | None = None
-            ) -> tuple[Any, Any, str | None, dict[str, tuple[int, ...]]]:
+def capture(graph: tf.Graph, roots: Sequence[str], feeds: Feeds | None = None
+            ) -> tuple[GraphDef, MetaGraphDef, str | None, dict[str, tuple[int, ...]]]:
     """(GraphDef, MetaGraphDef with the collections the IR reads, train op name, learned shapes) of a
     live graph.
 
@@ -168,7 +179,7 @@ def capture(graph: Any, roots: Sequence[str], feeds: Mapping[str, Any] | None = 
     return gd, meta, name, learned
 
 
-def _learn_placeholder_shapes(gd: Any, feeds: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+def _learn_placeholder_shapes(gd: GraphDef, feeds: Feeds) -> dict[str, tuple[int, ...]]:
     """Give every fed placeholder of unknown rank in `gd` the shape of its fed value (first dim
     dynamic); returns the shapes given, by tensor name."""
     learned: dict[str, tuple[int, ...]] = {}
@@ -190,7 +201,7 @@ def _learn_placeholder_shapes(gd: Any, feeds: Mapping[str, Any]) -> dict[str, tu
     return learned
 
 
-def check_learned_shape(name: str, shape: tuple[int, ...], value: Any) -> None:
+def check_learned_shape(name: str, shape: tuple[int, ...], value: np.ndarray) -> None:
     """A feed of a placeholder whose shape was learned from its first fed value must fit that shape."""
     fed = tuple(np.shape(value))
     if len(fed) != len(shape) or any(s not in (-1, f) for s, f in zip(shape, fed)):
@@ -278,7 +289,7 @@ class Program:
                                f"placeholder (or a tensor computed once) instead")
         return [f"{i}:{index}" for i in instances]
 
-    def check_batch(self, name: str, value: Any) -> None:
+    def check_batch(self, name: str, value: np.ndarray) -> None:
         """A dynamic batch smaller than the number of replicas would give some replicas no samples
         (and a NaN mean): refuse it by name rather than train on NaN (the front end runs such a step
         on one device before it gets here). A placeholder whose shape was learned from its first
@@ -290,11 +301,11 @@ class Program:
                                f"it over {self.replicas} replicas; feed at least {self.replicas} (e.g. drop "
                                f"the last partial batch)")
 
-    def _too_small(self, name: str, value: Any) -> bool:
+    def _too_small(self, name: str, value: np.ndarray) -> bool:
         """A fed batch with fewer samples than the plan's replicas."""
         return name in self.batch_inputs and bool(np.ndim(value)) and np.shape(value)[0] < self.replicas
 
-    def one_device_reason(self, targets: Sequence[str], fetches: Sequence[str], feeds: Mapping[str, Any],
+    def one_device_reason(self, targets: Sequence[str], fetches: Sequence[str], feeds: Feeds,
                           training: bool) -> str | None:
         """Why a run cannot run on this program and runs on one device instead (the user's own session
         with the trained values): it fetches or runs ops created after training started, fetches what
@@ -359,7 +370,7 @@ def graph_digest(ir: Graph, compiled: Compiled) -> str:
     return hashlib.sha256(gd.SerializeToString(deterministic=True)).hexdigest()[:16]
 
 
-def add_nodes(graph: Any, nodes: Sequence[Any]) -> None:
+def add_nodes(graph: tf.Graph, nodes: Sequence[NodeDef]) -> None:
     """Add compiler-made NodeDefs to a live graph, wired to its existing ops by name.
     (import_graph_def cannot remap control inputs on ops without outputs, so create ops directly.)"""
     from tag_tf.ir import TensorRef
@@ -380,7 +391,7 @@ class TaskStep:
     its graph, run by a session that sees this task's devices only. Every step also runs `always`,
     the cross-task sums the other tasks wait for."""
 
-    def __init__(self, task_graph: Any, session_for: Any):
+    def __init__(self, task_graph: TaskGraph, session_for: Callable[[tf.Graph], tf.compat.v1.Session]):
         from tag_tf.runtime.sessions import import_graph
 
         self.task = task_graph.task
@@ -399,7 +410,7 @@ class TaskStep:
                 input=self._digest, group_size=len(task_graph.tasks), group_key=task_graph.group_key,
                 instance_key=task_graph.check_key, ordering_token=[], name="tag/batch_check/gather")
 
-    def check_same_batch(self, batch: Mapping[str, Any]) -> None:
+    def check_same_batch(self, batch: Feeds) -> None:
         """Once, at the first training step: every task compares a digest of the batch it feeds. Each
         task trains on its shards of what it feeds, so the run equals single-device training only if
         they all feed the same batch; say so, naming the tasks, when they do not."""
@@ -420,8 +431,8 @@ class TaskStep:
                 "feeds, so this run is not the single-device run unless every task feeds the same batches",
                 self.task, ", ".join(map(str, others)))
 
-    def run(self, targets: Sequence[str], fetches: Sequence[str], feeds: Mapping[str, Any],
-            options: Any, run_metadata: Any) -> list[Any]:
+    def run(self, targets: Sequence[str], fetches: Sequence[str], feeds: Feeds, options: object,
+            run_metadata: object) -> list[object]:
         """Run compiled ops `targets`, fetch compiled tensors `fetches` (unique names), feed compiled
         tensors `feeds` (those this task's part does not read are left out)."""
         missing = [n for n in fetches if n not in self.tensors] + [o for o in targets if o not in self.ops]
@@ -445,13 +456,13 @@ class Runner:
     """Runs original ops/tensors of one user session on its compiled session; training runs on
     `step` when this task drives its own part of each step (between-graph execution)."""
 
-    def __init__(self, program: Program, session: Any, step: TaskStep | None = None):
+    def __init__(self, program: Program, session: tf.compat.v1.Session, step: TaskStep | None = None):
         self.program = program
         self.session = session
         self.step = step
 
-    def run(self, targets: Sequence[str], fetches: Sequence[str], feeds: Mapping[str, Any],
-            options: Any = None, run_metadata: Any = None, training: bool = False) -> list[Any]:
+    def run(self, targets: Sequence[str], fetches: Sequence[str], feeds: Feeds, options: object = None,
+            run_metadata: object = None, training: bool = False) -> list[object]:
         """Run original ops `targets` and fetch original tensors `fetches` (values in that order).
 
         `options`/`run_metadata` are the serialized buffers `BaseSession._do_run` receives: the

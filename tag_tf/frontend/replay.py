@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tag_tf.distribute")
 
 # A run by name: (targets, fetches, feeds).
-NamedRun = tuple[list[str], list[str], dict[str, object]]
+NamedRun = tuple[list[str], list[str], dict[str, np.ndarray]]
 # `BaseSession._do_run` as the patch hands it over: (session, handle, targets, fetches, feeds, options, metadata).
 OriginalRun = Callable[..., list[object]]
 
@@ -57,7 +57,7 @@ class UserRun:
     original: OriginalRun
     targets: list[tf.Operation]
     fetches: list[tf.Tensor]
-    feeds: Mapping[object, object]
+    feeds: Mapping[object, np.ndarray]
     options: object
     run_metadata: object
 
@@ -68,7 +68,7 @@ class UserRun:
     def by_name(self) -> NamedRun:
         return [op.name for op in self.targets], [t.name for t in self.fetches], feeds_by_name(self.feeds)
 
-    def on_user_session(self, feeds: Mapping[object, object] | None = None) -> list[object]:
+    def on_user_session(self, feeds: Mapping[object, np.ndarray] | None = None) -> list[object]:
         """The run as the user asked it, on the user's own session."""
         return self.original(self.sess, None, self.targets, self.fetches, self.feeds if feeds is None else feeds,
                              self.options, self.run_metadata)
@@ -128,7 +128,7 @@ def remember(replay: list[NamedRun], run: NamedRun) -> None:
     replay.append(run)
 
 
-def skip_save(fetches: Sequence[tf.Tensor], feeds: Mapping[object, object]) -> list[object] | None:
+def skip_save(fetches: Sequence[tf.Tensor], feeds: Mapping[object, np.ndarray]) -> list[object] | None:
     """On a task other than the chief, a Saver's save run returns the path it was given without
     writing: the chief writes the checkpoint (tasks share one trained state), and two tasks writing
     one path would corrupt it. None when the run is not a plain save (it then runs as asked)."""
@@ -137,9 +137,8 @@ def skip_save(fetches: Sequence[tf.Tensor], feeds: Mapping[object, object]) -> l
     for t in fetches:
         if t.op.type != "Identity" or t.op.inputs[0].name not in by_name:
             return None
-        value = by_name[t.op.inputs[0].name]
-        value = value.item() if isinstance(value, np.ndarray) else value
-        values.append(value.encode() if isinstance(value, str) else value)     # as TensorFlow returns strings
+        item = by_name[t.op.inputs[0].name].item()
+        values.append(item.encode() if isinstance(item, str) else item)     # as TensorFlow returns strings
     for value in values:
         # The Saver then writes its checkpoint list beside the checkpoint: where the save would have
         # made the directory, make it (this task's file system may be its own).
@@ -150,7 +149,7 @@ def skip_save(fetches: Sequence[tf.Tensor], feeds: Mapping[object, object]) -> l
     return values
 
 
-def readable_restore(feeds: Mapping[object, object], prefixes: frozenset[str]) -> Mapping[object, object]:
+def readable_restore(feeds: Mapping[object, np.ndarray], prefixes: frozenset[str]) -> Mapping[object, np.ndarray]:
     """A restore's feeds with each fed checkpoint path replaced by the newest readable checkpoint
     (itself, unless it is damaged): a run resumes from a checkpoint that reads back whole or not at all."""
     from tag_tf.runtime.checkpoints import readable_checkpoint
@@ -163,11 +162,11 @@ def readable_restore(feeds: Mapping[object, object], prefixes: frozenset[str]) -
         path = path.decode() if isinstance(path, bytes) else str(path)
         chosen = readable_checkpoint(path)
         if chosen != path:
-            out[key] = np.asarray(chosen, dtype=value.dtype) if isinstance(value, np.ndarray) else chosen
+            out[key] = np.asarray(chosen, dtype=value.dtype)
     return out
 
 
-def feeds_by_name(feeds: Mapping[object, object]) -> dict[str, object]:
+def feeds_by_name(feeds: Mapping[object, np.ndarray]) -> dict[str, np.ndarray]:
     """Feeds keyed by tensor name (TensorFlow keys validated feeds by tensor reference, `Tensor.ref()`)."""
     return {_name(k): v for k, v in feeds.items()}
 

@@ -20,10 +20,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    import numpy as np
     import tensorflow as tf
     from tensorflow.python.client.session import BaseSession as Session
 
 # `BaseSession._do_run(session, handle, targets, fetches, feeds, options, run_metadata)`: the fetched values.
+# Its feeds are keyed by `Tensor.ref()`, each value an array (TensorFlow's `run` has converted them).
 DoRun = Callable[..., list[object]]
 
 
@@ -33,7 +35,7 @@ class Context(Protocol):
     def owns(self, sess: Session) -> bool: ...
 
     def dispatch(self, sess: Session, original: DoRun, targets: list[tf.Operation], fetches: list[tf.Tensor],
-                 feeds: dict[object, object], options: object, run_metadata: object) -> list[object]: ...
+                 feeds: dict[object, np.ndarray], options: object, run_metadata: object) -> list[object]: ...
 
     def session_closed(self, sess: Session) -> None: ...
 
@@ -55,7 +57,7 @@ class bypass:
 
 
 def original_do_run(sess: Session, handle: object, target_list: list[tf.Operation], fetch_list: list[tf.Tensor],
-                    feed_dict: dict[object, object], options: object, run_metadata: object) -> list[object]:
+                    feed_dict: dict[object, np.ndarray], options: object, run_metadata: object) -> list[object]:
     """TensorFlow's own `BaseSession._do_run` (how compiled sessions run)."""
     return _do_run_of(_saved)(sess, handle, target_list, fetch_list, feed_dict, options, run_metadata)
 
@@ -73,7 +75,7 @@ def _owner(sess: Session) -> Context | None:
 
 
 def _do_run(self: Session, handle: object, target_list: list[tf.Operation], fetch_list: list[tf.Tensor],
-            feed_dict: dict[object, object], options: object, run_metadata: object) -> list[object]:
+            feed_dict: dict[object, np.ndarray], options: object, run_metadata: object) -> list[object]:
     original = _do_run_of(_saved)
     if handle is not None or getattr(_local, "bypass", 0) > 0 or getattr(self, "_tag_tf_internal", False):
         return original(self, handle, target_list, fetch_list, feed_dict, options, run_metadata)

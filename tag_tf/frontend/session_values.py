@@ -3,16 +3,18 @@ written back when the context exits) and synthetic batches (for `verify=True`)."
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
+    import tensorflow as tf
+
     from tag_tf.analysis import Analysis
     from tag_tf.ir.graph import Graph, Variable
 
 
-def _read_tensor(graph: Any, var: Variable) -> Any:
+def _read_tensor(graph: tf.Graph, var: Variable) -> tf.Tensor:
     """A tensor of the user's graph holding variable `var`'s value, without adding ops if possible."""
     import tensorflow as tf
 
@@ -34,7 +36,7 @@ def _read_tensor(graph: Any, var: Variable) -> Any:
             graph.finalize()
 
 
-def read_variables(sess: Any, ir: Graph) -> dict[str, np.ndarray]:
+def read_variables(sess: tf.compat.v1.Session, ir: Graph) -> dict[str, np.ndarray]:
     """Current values of the IR's variables in the user's session; uninitialised ones are left out."""
     import tensorflow as tf
 
@@ -52,7 +54,7 @@ def read_variables(sess: Any, ir: Graph) -> dict[str, np.ndarray]:
     return values
 
 
-def write_variables(sess: Any, ir: Graph, values: Mapping[str, np.ndarray]) -> None:
+def write_variables(sess: tf.compat.v1.Session, ir: Graph, values: Mapping[str, np.ndarray]) -> None:
     """Assign values in the user's session through the variables' initializers (value input fed),
     so no op is added to a graph that may be finalized."""
     targets, feeds = [], {}

@@ -6,16 +6,24 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Union
 
 from tag_tf.errors import TopologyError
+from tag_tf.topology.spec import Topology
 
 if TYPE_CHECKING:
+    import tensorflow as tf
+    from tensorflow.core.protobuf.config_pb2 import ConfigProto
+    from tensorflow.distribute.cluster_resolver import ClusterResolver
+
     from tag_tf.compiler import DeviceMap
     from tag_tf.runtime.cluster import ClusterSpec
     from tag_tf.runtime.roles import Role
-    from tag_tf.topology.spec import Topology
+
+# Where `distribute(topology=, cluster=)` may say compiled graphs run (see `resolve_target`).
+TopologyRequest = Union[str, "os.PathLike[str]", Mapping[str, object], Topology, None]
+ClusterRequest = Union[str, "os.PathLike[str]", "ClusterSpec", "ClusterResolver", None]
 
 COMPILED_RUN_TIMEOUT_MS = 600_000     # one step of a compiled graph; generous: a first GPU step autotunes
 
@@ -92,7 +100,7 @@ class Target:
             drive = float(links.get("drive_s") or 0.0)
         return dataclasses.replace(replaced, local_server=self.local_server, drive_s=drive)
 
-    def config(self, user_config: Any = None, as_written: bool = False) -> Any:
+    def config(self, user_config: ConfigProto | None = None, as_written: bool = False) -> ConfigProto:
         """The user's ConfigProto with this target's devices (and the cluster's settings); with
         `as_written`, TensorFlow's graph rewrites off (`Program.as_written`)."""
         import tensorflow as tf
@@ -119,14 +127,16 @@ class Target:
             keep_as_written(config)
         return config
 
-    def session(self, graph: Any, user_config: Any = None, as_written: bool = False) -> Any:
+    def session(self, graph: tf.Graph, user_config: ConfigProto | None = None, as_written: bool = False
+                ) -> tf.compat.v1.Session:
         import tensorflow as tf
 
         sess = tf.compat.v1.Session(self.session_target, graph=graph, config=self.config(user_config, as_written))
         sess._tag_tf_internal = True      # our own session: the patch passes it straight through
         return sess
 
-    def task_session(self, graph: Any, task: int, user_config: Any = None, as_written: bool = False) -> Any:
+    def task_session(self, graph: tf.Graph, task: int, user_config: ConfigProto | None = None,
+                     as_written: bool = False) -> tf.compat.v1.Session:
         """A session on this process's server that sees task `task`'s devices only (its own part
         of each step: it never waits for, or disturbs, another task's master)."""
         import tensorflow as tf
@@ -145,7 +155,8 @@ class Target:
         return error
 
 
-def resolve_target(topology: Any = None, cluster: Any = None, trusted_network: bool = False) -> Target:
+def resolve_target(topology: TopologyRequest = None, cluster: ClusterRequest = None,
+                   trusted_network: bool = False) -> Target:
     """Topology + cluster -> the devices compiled graphs run on; TopologyError when they cannot run.
 
     `cluster`: None (then `TF_CONFIG` when it is set), "tf_config", a ClusterResolver, a ClusterSpec

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tag_tf.deadline import Deadline
 from tag_tf.errors import ProfileError
 from tag_tf.profile.op_profile import (
     DEFAULT_BATCH_SIZES,
@@ -149,7 +150,8 @@ class _Session:
 def profile_steps(steps: Mapping[int, TrainStep], *, repeats: int = 5, warmup: int = 2,
                   device: str = "local", inter_op_threads: int | None = 1,
                   op_types: Mapping[str, str] | None = None, info: Mapping[str, object] | None = None,
-                  statistic: str = "median", target: str = "", device_type: str | None = None) -> OpProfile:
+                  statistic: str = "median", target: str = "", device_type: str | None = None,
+                  deadline: Deadline | None = None) -> OpProfile:
     """Trace `repeats` steps at each batch size (keys of `steps`) and fit the per-op linear models.
 
     Steps that share one GraphDef object (a graph with a dynamic batch dimension fed different batch
@@ -158,6 +160,7 @@ def profile_steps(steps: Mapping[int, TrainStep], *, repeats: int = 5, warmup: i
     cannot move it), "mean" (the paper's average) or "min". With `target` (a server's
     "grpc://host:port"), `device` is a full device name on that cluster (".../task:1/device:GPU:0")
     and `device_type` what it is: how `tag-tf profile --cluster` measures the devices of servers.
+    Past `deadline`, DeadlineExceeded (checked before every step).
     """
     batch_sizes = _checked_arguments(steps, repeats, warmup, statistic)
     if target:
@@ -168,7 +171,8 @@ def profile_steps(steps: Mapping[int, TrainStep], *, repeats: int = 5, warmup: i
         device_type, tf_device = resolve_device(device)
     traces = trace_steps(steps, batch_sizes, repeats=repeats, warmup=warmup, tf_device=tf_device,
                          config=session_config(tf_device, inter_op_threads), target=target,
-                         rewritten_config=session_config(tf_device, inter_op_threads, as_written=False))
+                         rewritten_config=session_config(tf_device, inter_op_threads, as_written=False),
+                         deadline=deadline)
     first = steps[batch_sizes[0]]
     return profile_from_traces(traces, first.graph_def, first.train_op, first.feed, device_type=device_type,
                                statistic=statistic, op_types=op_types, info=info)
@@ -191,8 +195,8 @@ def _checked_arguments(steps: Mapping[int, TrainStep], repeats: int, warmup: int
 
 
 def trace_steps(steps: Mapping[int, TrainStep], batch_sizes: Sequence[int], *, repeats: int, warmup: int,
-                tf_device: str, config: ConfigProto, target: str = "", rewritten_config: ConfigProto | None = None
-                ) -> Traces:
+                tf_device: str, config: ConfigProto, target: str = "", rewritten_config: ConfigProto | None = None,
+                deadline: Deadline | None = None) -> Traces:
     """Run the steps: warm-up, then `repeats` traced steps per batch size round-robin (drift on a
     shared machine hits every batch size alike), then as many untraced ones for the wall clock.
     With `rewritten_config` (the same settings with TensorFlow's graph rewrites on), then as many
@@ -200,6 +204,7 @@ def trace_steps(steps: Mapping[int, TrainStep], batch_sizes: Sequence[int], *, r
     rewrites do to a whole step: `OpProfile.runtime_fit`)."""
     import tensorflow as tf
 
+    until = deadline or Deadline.never()
     by_batch: dict[int, _Session] = {}
     by_graph: dict[int, _Session] = {}
     raw: list[list[dict[str, float]]] = [[] for _ in batch_sizes]
@@ -226,6 +231,7 @@ def trace_steps(steps: Mapping[int, TrainStep], batch_sizes: Sequence[int], *, r
             by_batch[b].run(steps[b].train_op, steps[b].feed, traced=True)
         for _ in range(repeats):              # round-robin over batch sizes
             for k, b in enumerate(batch_sizes):
+                until.check("profiling the training step")
                 stats, _ = by_batch[b].run(steps[b].train_op, steps[b].feed, traced=True)
                 raw[k].append(op_times_from_step_stats(stats))
                 kernel_timeline = kernel_timeline or has_kernel_timeline(stats)
@@ -238,6 +244,7 @@ def trace_steps(steps: Mapping[int, TrainStep], batch_sizes: Sequence[int], *, r
                     by_rewritten[b].run(steps[b].train_op, steps[b].feed, traced=False)
         for _ in range(repeats):
             for k, b in enumerate(batch_sizes):
+                until.check("profiling the training step")
                 _, wall = by_batch[b].run(steps[b].train_op, steps[b].feed, traced=False)
                 walls[k].append(wall)
                 if rewritten is not None:
@@ -285,7 +292,7 @@ def zoo_steps(name: str, batch_sizes: Sequence[int], *, seed: int = 0, **build_k
 def profile_model(name: str, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, *, repeats: int = 5,
                   warmup: int = 2, tiny: bool = False, dynamic_batch: bool = False, device: str = "local",
                   seed: int = 0, inter_op_threads: int | None = 1, target: str = "", device_type: str | None = None,
-                  **build_kwargs: Any) -> OpProfile:
+                  deadline: Deadline | None = None, **build_kwargs: Any) -> OpProfile:
     """Profile a zoo model: rebuilt at each batch size (op names checked to be stable), or built once
     with a dynamic batch dimension and fed each batch size."""
     sizes = sorted({int(b) for b in batch_sizes})
@@ -294,7 +301,8 @@ def profile_model(name: str, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, *
             "inter_op_threads": inter_op_threads, **{k: _jsonable(v) for k, v in build_kwargs.items()}}
     log.info("profiling %s at batch sizes %s (%d repeats)", name, sizes, repeats)
     return profile_steps(steps, repeats=repeats, warmup=warmup, device=device,
-                         inter_op_threads=inter_op_threads, info=info, target=target, device_type=device_type)
+                         inter_op_threads=inter_op_threads, info=info, target=target, device_type=device_type,
+                         deadline=deadline)
 
 
 def _jsonable(v: object) -> int | float | str | bool | None:

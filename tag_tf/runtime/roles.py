@@ -28,13 +28,22 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from tag_tf.errors import ClusterError
 from tag_tf.runtime.cluster import DEFAULT_TIMEOUT_MS, TRUST_WARNING, ClusterSpec
 from tag_tf.runtime.discovery import describe_here, publish
 from tag_tf.runtime.plan_message import PlanMessage
 from tag_tf.runtime.sessions import close_within
+
+if TYPE_CHECKING:
+    from tensorflow import Operation, Tensor
+    from tensorflow.compat.v1 import Session
+    from tensorflow.core.protobuf.config_pb2 import ConfigProto
+    from tensorflow.distribute import Server
+    from tensorflow.distribute.cluster_resolver import ClusterResolver
+    from tensorflow.queue import FIFOQueue
 
 ROLE_ORDER = ("chief", "master", "worker", "ps")     # machine order; "evaluator" takes no part
 DONE_QUEUE = "tag_tf_run_done"
@@ -58,7 +67,7 @@ class Role:
         return self.task == self.chief
 
 
-def from_cluster_dict(cluster: Mapping[str, Any], task_type: str, task_index: int, *, where: str,
+def from_cluster_dict(cluster: Mapping[str, object], task_type: str, task_index: int, *, where: str,
                       cpus_per_task: int = 1, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Role:
     """The Role of task (`task_type`, `task_index`) in a TF cluster dict (ClusterError for an evaluator:
     running the training script there would train a copy of its own)."""
@@ -69,28 +78,36 @@ def from_cluster_dict(cluster: Mapping[str, Any], task_type: str, task_index: in
         raise ClusterError(f"{where}: job {unknown[0]!r} is not one of {', '.join(ROLE_ORDER + ('evaluator',))}")
     tasks: list[str] = []
     first: dict[str, int] = {}
-    for job in ROLE_ORDER:
-        addresses = cluster.get(job) or []
-        if isinstance(addresses, Mapping):        # sparse form {index: address}
-            addresses = [addresses[k] for k in sorted(addresses, key=int)]
-        for i, address in enumerate(addresses):
+    sizes: dict[str, int] = {}
+    for job in (*ROLE_ORDER, "evaluator"):
+        listed = cluster.get(job) or []
+        if isinstance(listed, Mapping):        # sparse form {index: address}
+            listed = [listed[k] for k in sorted(listed, key=int)]
+        if not isinstance(listed, (list, tuple)):
+            raise ClusterError(f"{where}: cluster.{job} must be a list of 'host:port', got {listed!r}")
+        addresses: list[str] = []
+        for i, address in enumerate(listed):
             if not isinstance(address, str) or ":" not in address:
                 raise ClusterError(f"{where}: cluster.{job}[{i}] must be 'host:port', got {address!r}")
-        first[job] = len(tasks)
-        tasks.extend(addresses)
+            addresses.append(address)
+        sizes[job] = len(addresses)
+        if job != "evaluator":
+            first[job] = len(tasks)
+            tasks.extend(addresses)
     if task_type == "evaluator":
         raise ClusterError(f"{where}: this task is an evaluator, which takes no part in training: run evaluation "
                            f"without tag_tf.distribute (or without TF_CONFIG naming it)")
-    if task_type not in first or not 0 <= task_index < len(cluster.get(task_type) or []):
+    if task_type not in first or not 0 <= task_index < sizes[task_type]:
         raise ClusterError(f"{where}: task {task_type}:{task_index} is not in the cluster "
-                           f"({', '.join(f'{j}: {len(cluster.get(j) or [])}' for j in ROLE_ORDER if cluster.get(j))})")
+                           f"({', '.join(f'{j}: {sizes[j]}' for j in ROLE_ORDER if sizes[j])})")
     if not tasks:
         raise ClusterError(f"{where}: the cluster has no chief or worker tasks")
     spec = ClusterSpec(tuple(tasks), "worker", cpus_per_task, timeout_ms)
     return Role(spec, first[task_type] + task_index, 0)
 
 
-def from_tf_config(text: str | None = None, **kwargs: Any) -> Role | None:
+def from_tf_config(text: str | None = None, *, cpus_per_task: int = 1, timeout_ms: int = DEFAULT_TIMEOUT_MS
+                   ) -> Role | None:
     """The Role described by `TF_CONFIG` (or `text`); None when it is unset or names one task only."""
     text = os.environ.get("TF_CONFIG") if text is None else text
     if not text:
@@ -109,22 +126,27 @@ def from_tf_config(text: str | None = None, **kwargs: Any) -> Role | None:
     index = task.get("index", 0)
     if not isinstance(index, int):
         raise ClusterError(f"TF_CONFIG: task.index must be an integer, got {index!r}")
-    role = from_cluster_dict(cluster, str(task["type"]), index, where="TF_CONFIG", **kwargs)
+    if not isinstance(cluster, Mapping):
+        raise ClusterError("TF_CONFIG: 'cluster' must map job names to lists of host:port")
+    role = from_cluster_dict(cluster, str(task["type"]), index, where="TF_CONFIG", cpus_per_task=cpus_per_task,
+                             timeout_ms=timeout_ms)
     if role is not None and len(role.spec.tasks) == 1:
         return None                                    # a cluster of one: nothing to distribute over
     return role
 
 
-def from_resolver(resolver: Any, **kwargs: Any) -> Role | None:
+def from_resolver(resolver: ClusterResolver, *, cpus_per_task: int = 1, timeout_ms: int = DEFAULT_TIMEOUT_MS
+                  ) -> Role | None:
     """The Role of this process from a `tf.distribute.cluster_resolver.ClusterResolver`."""
     cluster = resolver.cluster_spec().as_dict()
     task_type, task_id = resolver.task_type, resolver.task_id
     if task_type is None:
         raise ClusterError(f"{type(resolver).__name__}: no task type for this process (set task_type/task_id)")
-    return from_cluster_dict(cluster, str(task_type), int(task_id or 0), where=type(resolver).__name__, **kwargs)
+    return from_cluster_dict(cluster, str(task_type), int(task_id or 0), where=type(resolver).__name__,
+                             cpus_per_task=cpus_per_task, timeout_ms=timeout_ms)
 
 
-def is_resolver(obj: Any) -> bool:
+def is_resolver(obj: object) -> bool:
     return all(hasattr(obj, a) for a in ("cluster_spec", "task_type", "task_id"))
 
 
@@ -135,13 +157,13 @@ def is_resolver(obj: Any) -> bool:
 # joins its cluster once: later `distribute` contexts in the same process (a decorated function
 # called twice, Estimator train then predict) reuse it, and the chief ends the run when its process
 # ends. This registry is process state by nature, not configuration.
-_JOINED: dict[tuple[tuple[str, ...], int], Any] = {}
+_JOINED: dict[tuple[tuple[str, ...], int], Server] = {}
 # Clusters whose chief has told its tasks to serve (they never listen for another plan).
 _CHIEF_DRIVEN: set[tuple[str, ...]] = set()
 _SERVING_AT_EXIT: dict[tuple[tuple[str, ...], int], bool] = {}
 _BETWEEN_GRAPH: set[tuple[str, ...]] = set()
-_TOKEN_SENDERS: dict[tuple[tuple[str, ...], int, str], tuple[Any, Any]] = {}
-_PLAN_SENDERS: dict[tuple[str, ...], tuple[Any, Any, dict[int, Any]]] = {}
+_TOKEN_SENDERS: dict[tuple[tuple[str, ...], int, str], tuple[Session, Operation]] = {}
+_PLAN_SENDERS: dict[tuple[str, ...], tuple[Session, Tensor, dict[int, Operation]]] = {}
 
 
 def chief_drives(role: Role) -> bool:
@@ -152,7 +174,7 @@ def set_chief_drives(role: Role) -> None:
     _CHIEF_DRIVEN.add(role.spec.tasks)
 
 
-def serve_at_exit(role: Role, server: Any) -> None:
+def serve_at_exit(role: Role, server: Server) -> None:
     """A task that runs the script too tells the chief when its script ends and keeps serving until
     the chief ends the run (the chief may still read this task's variables); the process then exits
     with that status. Not after `abandon_serving`: a failed task's server goes with it, so the chief
@@ -189,7 +211,7 @@ def set_between_graph(role: Role) -> None:
     _BETWEEN_GRAPH.add(role.spec.tasks)
 
 
-def join(role: Role) -> Any:
+def join(role: Role) -> Server:
     """This task's server, started on first use; on the chief, `end_run` is registered for exit."""
     key = (role.spec.tasks, role.task)
     if key not in _JOINED:
@@ -210,7 +232,7 @@ def _end_at_exit(role: Role) -> None:
     if failed:
         print(f"tag_tf: could not tell task(s) {', '.join(map(str, failed))} that the run is over; they exit "
               f"once this chief is gone", file=sys.stderr, flush=True)
-def start_server(role: Role) -> Any:
+def start_server(role: Role) -> Server:
     """This task's TensorFlow server, in this process (every task of a tag_tf cluster runs one)."""
     import tensorflow as tf
 
@@ -237,24 +259,24 @@ def wait_for_tasks(role: Role, timeout_s: float = 120.0) -> None:
         time.sleep(0.5)
 
 
-def _done_queue(tf: Any, task: int, job: str) -> Any:
+def _done_queue(tf: ModuleType, task: int, job: str) -> FIFOQueue:
     with tf.device(f"/job:{job}/replica:0/task:{task}/device:CPU:0"):
         return tf.queue.FIFOQueue(1 << 10, [tf.int32], shapes=[[]], shared_name=DONE_QUEUE, name=DONE_QUEUE)
 
 
-def _plan_queue(tf: Any, task: int, job: str) -> Any:
+def _plan_queue(tf: ModuleType, task: int, job: str) -> FIFOQueue:
     with tf.device(f"/job:{job}/replica:0/task:{task}/device:CPU:0"):
         return tf.queue.FIFOQueue(1 << 10, [tf.string], shapes=[[]], shared_name=PLAN_QUEUE, name=PLAN_QUEUE)
 
 
-def _own_session_config(role: Role, timeout_ms: int) -> Any:
+def _own_session_config(role: Role, timeout_ms: int) -> ConfigProto:
     # This task's devices only: a session's master otherwise enlists every task of the cluster, and
     # each timed-out poll would then disturb the chief's steps running there.
     return role.spec.session_config(timeout_ms=timeout_ms,
                                     device_filters=[f"/job:{role.spec.job}/replica:0/task:{role.task}"])
 
 
-def _wait_for_chief(role: Role, server: Any, plans: bool) -> tuple[int, str | None]:
+def _wait_for_chief(role: Role, server: Server, plans: bool) -> tuple[int, str | None]:
     """Block until the chief ends the run ((0, None)), sends a plan when `plans` ((0, message)),
     or has been unreachable for CHIEF_GRACE_S ((1, None))."""
     import tensorflow as tf
@@ -292,7 +314,7 @@ def _wait_for_chief(role: Role, server: Any, plans: bool) -> tuple[int, str | No
                 lost_since = None
 
 
-def serve_until_done(role: Role, server: Any) -> int:
+def serve_until_done(role: Role, server: Server) -> int:
     """Block until the chief ends the run (0), or it has been unreachable for CHIEF_GRACE_S (1)."""
     code, _ = _wait_for_chief(role, server, plans=False)
     if code == 0:
@@ -300,7 +322,7 @@ def serve_until_done(role: Role, server: Any) -> int:
     return code
 
 
-def wait_for_plan(role: Role, server: Any) -> tuple[int, PlanMessage | None]:
+def wait_for_plan(role: Role, server: Server) -> tuple[int, PlanMessage | None]:
     """On a task other than the chief: the chief's next plan message ((0, message)); (0, None) when
     the chief ended the run instead, (1, None) when it was lost."""
     code, text = _wait_for_chief(role, server, plans=True)
@@ -337,7 +359,7 @@ def send_plan(role: Role, message: PlanMessage) -> None:
                                f"{type(e).__name__}: {str(e.message).splitlines()[0] if e.message else ''}") from None
 
 
-def _token_queue(tf: Any, task: int, job: str, name: str) -> Any:
+def _token_queue(tf: ModuleType, task: int, job: str, name: str) -> FIFOQueue:
     with tf.device(f"/job:{job}/replica:0/task:{task}/device:CPU:0"):
         return tf.queue.FIFOQueue(1 << 10, [tf.int32], shapes=[[]], shared_name=name, name=name)
 

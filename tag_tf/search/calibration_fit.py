@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tag_tf.deadline import Deadline
 from tag_tf.errors import TagError
 from tag_tf.sim.calibration import Calibration, parameter_of
 
@@ -91,9 +92,11 @@ def simulate_cases(cases: Sequence[Case], calibration: Calibration | None) -> li
 
 
 def fit(cases: Sequence[Case], free: Sequence[str], *, name: str = "fitted", start: dict[str, float] | None = None,
-        fixed: dict[str, float] | None = None, progress: Callable[[int, float], None] | None = None) -> FitResult:
+        fixed: dict[str, float] | None = None, progress: Callable[[int, float], None] | None = None,
+        deadline: Deadline | None = None) -> FitResult:
     """Fit the `free` parameters (names as in PARAMETERS, `compute_eff:<GPU type>` per type) to
-    `cases`; `fixed` values are held; `start` defaults to nominal values."""
+    `cases`; `fixed` values are held; `start` defaults to nominal values. Past `deadline`, the fit
+    ends with the best values found so far."""
     if not cases:
         raise TagError("calibrate: no measurements to fit")
     free = list(dict.fromkeys(free))
@@ -120,12 +123,28 @@ def fit(cases: Sequence[Case], free: Sequence[str], *, name: str = "fitted", sta
         sim = np.where(np.isfinite(sim), sim, 1e3)          # OOM: far off, but finite for the solver
         return np.concatenate([np.log(sim) - measured, PRIOR_WEIGHT * (x - prior) / width])
 
-    x = np.clip(x0, lo, hi)
+    x, cost, iterations = _levenberg_marquardt(residual, np.clip(x0, lo, hi), lo, hi, progress,
+                                               deadline or Deadline.never())
+    calibration = calibration_at(x)
+    simulated = simulate_cases(cases, calibration)
+    residuals = {c.label: s / c.seconds - 1 for c, s in zip(cases, simulated)}
+    return FitResult(calibration, residuals, {c.label: s for c, s in zip(cases, simulated)}, iterations, evaluations,
+                     cost)
+
+
+def _levenberg_marquardt(residual: Callable[[np.ndarray], np.ndarray], x: np.ndarray, lo: np.ndarray,
+                         hi: np.ndarray, progress: Callable[[int, float], None] | None, deadline: Deadline
+                         ) -> tuple[np.ndarray, float, int]:
+    """Damped Gauss-Newton on the squared residuals within the box [lo, hi] (forward-difference
+    Jacobian): the best point, its cost and the iterations run."""
     r = residual(x)
     cost = float(r @ r)
     damping = 1e-2
     iterations = 0
     for iterations in range(1, MAX_ITERATIONS + 1):
+        if deadline.expired():
+            iterations -= 1                  # this one did not run
+            break
         J = np.empty((len(r), len(x)))
         for k in range(len(x)):
             h = 1e-3 * max(1.0, abs(x[k]))
@@ -150,11 +169,7 @@ def fit(cases: Sequence[Case], free: Sequence[str], *, name: str = "fitted", sta
             progress(iterations, cost)
         if not improved or np.max(np.abs(delta)) < 1e-4:
             break
-    calibration = calibration_at(x)
-    simulated = simulate_cases(cases, calibration)
-    residuals = {c.label: s / c.seconds - 1 for c, s in zip(cases, simulated)}
-    return FitResult(calibration, residuals, {c.label: s for c, s in zip(cases, simulated)}, iterations, evaluations,
-                     cost)
+    return x, cost, iterations
 
 
 def speed_inversions(calibration: Calibration, peak_flops: dict[str, float]) -> int:
@@ -185,6 +200,7 @@ def choose_basin(results: Sequence[FitResult], peak_flops: dict[str, float]) -> 
 
 def fit_basins(cases: Sequence[Case], free: Sequence[str], peak_flops: dict[str, float], *,
                name: str = "fitted", progress: Callable[[int, float], None] | None = None,
+               deadline: Deadline | None = None,
                ) -> tuple[FitResult, list[dict[str, Any]]]:
     """`fit` from the nominal start and from each fitted GPU type as the straggler; the chosen
     result (`choose_basin`) and a summary of every basin."""
@@ -194,7 +210,7 @@ def fit_basins(cases: Sequence[Case], free: Sequence[str], peak_flops: dict[str,
         starts += [(f"{k.partition(':')[2]} straggler", {k: STRAGGLER_START}) for k in types]
     results = []
     for _label, start in starts:
-        results.append(fit(cases, free, name=name, start=start, progress=progress))
+        results.append(fit(cases, free, name=name, start=start, progress=progress, deadline=deadline))
     chosen = choose_basin(results, peak_flops)
     limit = tie_limit(results)
     basins = [{"start": label, "cost": r.cost, "mape": r.mape, "values": dict(r.calibration.values),

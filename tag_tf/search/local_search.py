@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -107,10 +107,21 @@ def _start(cost: Evaluator, topology: Topology, starts: Starts, best_name: str, 
     return current, best
 
 
-def describe(strategy: Strategy, topology: Topology, groups: Sequence[OpGroup]) -> list[dict[str, Any]]:
+class GroupRow(TypedDict):
+    """One group of a plan, for people: `describe`'s rows."""
+
+    group: int
+    ops: int
+    compute_share: float
+    option: str
+    devices: list[int]
+    by_type: dict[str, int]
+
+
+def describe(strategy: Strategy, topology: Topology, groups: Sequence[OpGroup]) -> list[GroupRow]:
     """A readable per-group summary: devices by GPU type, option, compute share."""
     total = sum(g.compute for g in groups) or 1.0
-    rows = []
+    rows: list[GroupRow] = []
     for i, (plan, group) in enumerate(zip(strategy.groups, groups)):
         types: dict[str, int] = {}
         for d in plan.devices:

@@ -76,61 +76,95 @@ def op_stages(analysis: Analysis, fractions: Sequence[float], weights: np.ndarra
     op (gradients, updates) goes with the latest stage of the forward values it reads -- a weight's
     gradient with its layer -- or, reading none, with the earliest stage of its inputs (the
     backward pass flows towards stage 0). Ops TF must colocate share the earliest of their stages."""
-    from tag_tf.analysis.grouping import UnionFind, colocation_pairs
-    from tag_tf.ir import TensorRef
-
     count = len(fractions)
     if not count or any(not f > 0 for f in fractions):
         raise StrategyError(f"stage fractions must be positive, got {list(fractions)}")
+    index, preds, succs = _planned_edges(analysis)
+    forward = _forward_pass(analysis, index, preds)
+    n = len(index)
+    computing = [i for i in range(n) if forward[i] and any(forward[p] for p in preds[i])]
+    if len(computing) < count:
+        raise StrategyError(f"{count} stages but the forward pass has only {len(computing)} ops to cut")
+    w = np.asarray(analysis.weights if weights is None else weights, dtype=float)[computing]
+    stage = np.full(n, -1, dtype=np.int64)
+    cuts = _cuts(np.maximum(w, 1e-12), fractions)
+    for s in range(count):
+        stage[computing[cuts[s]:cuts[s + 1]]] = s
+    _spread(stage, forward, preds, succs)
+    return _colocated_earliest(analysis, stage, index, count)
+
+
+def _planned_edges(analysis: Analysis) -> tuple[dict[str, int], list[list[int]], list[list[int]]]:
+    """Planned ops' indices by name, and each one's producers and consumers."""
     planning = analysis.planning
-    n = len(planning.ops)
     index = {name: i for i, name in enumerate(planning.ops)}
-    preds: list[list[int]] = [[] for _ in range(n)]
-    succs: list[list[int]] = [[] for _ in range(n)]
+    preds: list[list[int]] = [[] for _ in index]
+    succs: list[list[int]] = [[] for _ in index]
     for a, b in np.asarray(planning.edges, dtype=np.int64).reshape(-1, 2):
         preds[int(b)].append(int(a))
         succs[int(a)].append(int(b))
+    return index, preds, succs
+
+
+def _forward_pass(analysis: Analysis, index: dict[str, int], preds: list[list[int]]) -> np.ndarray:
+    """Which planned ops the loss depends on."""
+    from tag_tf.ir import TensorRef
+
     loss = analysis.graph.meta.loss
     if not loss:
         raise StrategyError("pipeline stages need the training loss (the forward pass's end)")
-    forward = np.zeros(n, dtype=bool)
-    stack = [index[planning.host[TensorRef.parse(loss).op]]]
+    forward = np.zeros(len(index), dtype=bool)
+    stack = [index[analysis.planning.host[TensorRef.parse(loss).op]]]
     while stack:
         i = stack.pop()
         if not forward[i]:
             forward[i] = True
             stack.extend(preds[i])
-    computing = [i for i in range(n) if forward[i] and any(forward[p] for p in preds[i])]
-    if len(computing) < count:
-        raise StrategyError(f"{count} stages but the forward pass has only {len(computing)} ops to cut")
-    w = np.asarray(analysis.weights if weights is None else weights, dtype=float)[computing]
-    w = np.maximum(w, 1e-12)
+    return forward
+
+
+def _cuts(w: np.ndarray, fractions: Sequence[float]) -> list[int]:
+    """Where the forward ops (weights `w`, in order) are cut so that stage s takes fractions[s] of
+    the weight; every stage gets at least one op."""
+    count = len(fractions)
     middle = (np.cumsum(w) - 0.5 * w) / w.sum()
     ends = np.cumsum(np.asarray(fractions, dtype=float))[:-1] / float(sum(fractions))
     cuts = [0]
-    for s, end in enumerate(ends, start=1):          # every stage gets a forward op
+    for s, end in enumerate(ends, start=1):
         cut = int(np.searchsorted(middle, end, side="right"))
-        cuts.append(min(max(cut, cuts[-1] + 1), len(computing) - (count - s)))
-    cuts.append(len(computing))
-    stage = np.full(n, -1, dtype=np.int64)
-    for s in range(count):
-        stage[computing[cuts[s]:cuts[s + 1]]] = s
-    for i in reversed(range(n)):                     # forward inputs: their first consumer's stage
+        cuts.append(min(max(cut, cuts[-1] + 1), len(w) - (count - s)))
+    cuts.append(len(w))
+    return cuts
+
+
+def _spread(stage: np.ndarray, forward: np.ndarray, preds: list[list[int]], succs: list[list[int]]) -> None:
+    """Stages for the ops the cut left out (in place): forward inputs take their first consumer's;
+    the rest, in topological order, the latest forward stage they read, else the earliest of their
+    inputs; ops with no inputs at all go with their consumers."""
+    n = len(stage)
+    for i in reversed(range(n)):
         if forward[i] and stage[i] < 0:
             later = [stage[c] for c in succs[i] if forward[c] and stage[c] >= 0]
             stage[i] = min(later) if later else 0
-    for i in range(n):                               # the rest, in topological order
+    for i in range(n):
         if stage[i] >= 0:
             continue
         fwd = [stage[p] for p in preds[i] if forward[p]]
         known = [stage[p] for p in preds[i] if stage[p] >= 0]
         stage[i] = max(fwd) if fwd else (min(known) if known else -1)
-    for i in reversed(range(n)):                     # no inputs at all: with their consumers
+    for i in reversed(range(n)):
         if stage[i] < 0:
             later = [stage[c] for c in succs[i] if stage[c] >= 0]
             stage[i] = min(later) if later else 0
+
+
+def _colocated_earliest(analysis: Analysis, stage: np.ndarray, index: dict[str, int], count: int) -> np.ndarray:
+    """`stage` with ops TF must colocate in the earliest of their stages."""
+    from tag_tf.analysis.grouping import UnionFind, colocation_pairs
+
+    n = len(stage)
     sets = UnionFind(n)
-    host = planning.host
+    host = analysis.planning.host
     for a, b in colocation_pairs(analysis.graph_b1, list(host)):
         sets.union(index[host[a]], index[host[b]])
     first: dict[int, int] = {}

@@ -25,7 +25,7 @@ PRESETS = ("testbed", "cloud", "testbed-nominal", "cloud-nominal", "local", "loc
            "mixed:N")
 
 
-def load_topology(spec: str | Mapping | Topology) -> Topology:
+def load_topology(spec: str | os.PathLike[str] | Mapping[str, object] | Topology) -> Topology:
     """A Topology from a preset name, a YAML/JSON file path, a dict, or a Topology."""
     if isinstance(spec, Topology):
         return spec

@@ -9,7 +9,7 @@ import collections
 import pathlib
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tag_tf"
-MAX_ANY_SIGNATURES = 76
+MAX_ANY_SIGNATURES = 28
 
 
 def _mentions_any(node: ast.AST | None) -> bool:

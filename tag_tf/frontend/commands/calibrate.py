@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tag_tf.deadline import Deadline
 from tag_tf.errors import TagError
 from tag_tf.search.registry import Names, fittable_baselines
 
@@ -39,6 +40,8 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="where to write the calibration JSON")
     p.add_argument("--name", help="the calibration's name (default: from --out)")
     p.add_argument("--groups", type=int, default=60)
+    p.add_argument("--budget-s", dest="budget", type=float,
+                   help="end the fit after this many seconds with the best values found so far (default: no limit)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
@@ -145,9 +148,10 @@ def free_parameters(cases: list[Case]) -> list[str]:
     return names
 
 
-def calibrate(path: str, name: str, groups: int = 60, progress: Callable[[int, float], None] | None = None
-              ) -> dict[str, Any]:
-    """Fit, predict the held-out figures, and return the calibration plus its report."""
+def calibrate(path: str, name: str, groups: int = 60, progress: Callable[[int, float], None] | None = None,
+              deadline: Deadline | None = None) -> dict[str, Any]:
+    """Fit (until `deadline`, keeping the best values found), predict the held-out figures, and
+    return the calibration plus its report."""
     from tag_tf.search.calibration_fit import fit_basins, simulate_cases
     from tag_tf.sim.calibration import REQUIRED, Calibration, parameter_of
 
@@ -159,7 +163,8 @@ def calibrate(path: str, name: str, groups: int = 60, progress: Callable[[int, f
         raise TagError(f"{path}: no measurement has role 'fit'")
     fit_cases = [builder.case(r) for r in fit_rows]
     free = free_parameters(fit_cases)
-    result, basins = fit_basins(fit_cases, free, _peak_flops(fit_cases, free), name=name, progress=progress)
+    result, basins = fit_basins(fit_cases, free, _peak_flops(fit_cases, free), name=name, progress=progress,
+                                deadline=deadline)
     values = dict(result.calibration.values)
     effs = [values[k] for k in free if k.startswith("compute_eff:")]
     # GPU types outside the fit (the cloud's T4, a user's new card) take the fitted types' typical
@@ -206,7 +211,10 @@ def _mape(rows: dict[str, dict[str, float]]) -> float:
 
 def run(args) -> int:
     name = args.name or os.path.splitext(os.path.basename(args.out))[0]
-    out = calibrate(args.against, name, args.groups)
+    if args.budget is not None and not args.budget > 0:
+        raise TagError(f"--budget-s must be positive, got {args.budget}")
+    out = calibrate(args.against, name, args.groups,
+                    deadline=None if args.budget is None else Deadline.after(args.budget))
     calibration, report = out["calibration"], out["report"]
     calibration.save(args.out)
     if args.json:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -20,13 +21,17 @@ from tag_tf.frontend.loading import (
 from tag_tf.search.priors import PRIORS
 
 if TYPE_CHECKING:
-    from tag_tf.frontend.planning import PlanCache
+    from tag_tf.analysis import Analysis
+    from tag_tf.frontend.loading import Loaded
+    from tag_tf.frontend.planning import Planned, Search
     from tag_tf.localmachine.model import LocalSimulator
+    from tag_tf.profile.stored import StoredCosts
     from tag_tf.search.mcts import MctsResult
     from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.spec import Topology
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="plan a strategy for a model on a topology (simulated)")
     add_model_args(p)
     p.add_argument("--topology", required=True, help="preset (testbed, cloud, local:N, random:SEED, mixed:N) or file")
@@ -69,146 +74,150 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from tag_tf.context import Options, PassContext
-    from tag_tf.frontend.planning import (
-        LOCAL_CALIBRATION,
-        PlanCache,
-        local_machine_simulator,
-        local_setup,
-        search,
-        simulator,
-        stamped,
-    )
-    from tag_tf.localmachine.runtime import RUNTIMES, configure_runtime
-    from tag_tf.search.local_search import NOTHING_FITS, describe
-    from tag_tf.search.mcts import MctsOptions
-    from tag_tf.search.sfb import duplicated_op_types
+    from tag_tf.frontend.planning import PlanCache, PlanRequest, plan_for
     from tag_tf.topology.load import load_topology
 
-    local = args.calibration == LOCAL_CALIBRATION
-    if local:
-        if not args.model:
-            raise StrategyError(f"--calibration {LOCAL_CALIBRATION}: needs --model (the local profile rebuilds "
-                                "the model at several batch sizes)")
-        args.local_runtime = args.local_runtime or "tfdefault"
-        configure_runtime(RUNTIMES[args.local_runtime])   # before TensorFlow is imported: what the model describes
-    elif args.local_runtime or args.between_graph:
-        raise StrategyError(f"--local-runtime and --between-graph describe the local machine model: they need "
-                            f"--calibration {LOCAL_CALIBRATION}")
+    local = _local_runtime(args)
     apply_cost_args(args)
     topology = load_topology(args.topology)
-    if local and local_setup(topology).processes == 1 and args.between_graph:
-        raise StrategyError(f"--between-graph: topology {args.topology!r} is one process; between-graph tasks "
-                            f"need cpu-PxN with P >= 2")
+    prior = "gnn" if args.weights and args.prior is None else args.prior
+    request = PlanRequest(budget_s=args.budget, patience_s=args.patience, iterations=args.iterations,
+                          method=args.search, prior=prior, weights=args.weights, seed=args.seed, sfb=args.sfb,
+                          progress=not args.json, calibration=args.calibration)      # checked before any work
     ctx = PassContext(Options(num_groups=args.groups))
     loaded = load(args)
     analysis = analysis_for(loaded, args, ctx)
-    sim: Simulator
-    if local:
-        costs = None
-        sim = local_machine_simulator(analysis, topology, args.model, model_kwargs(args), args.profile_db,
-                                      use_db=not args.no_profiles, runtime=args.local_runtime,
-                                      between_graph=args.between_graph)
-    else:
-        costs = stored_costs(loaded, analysis, topology, args)
-        sim = simulator(analysis, topology, args.calibration, costs)
-    if args.iterations is not None and args.iterations < 1:
-        raise StrategyError(f"--iterations must be at least 1, got {args.iterations}")
-    if args.budget < 0:
-        raise StrategyError(f"--budget-s must not be negative, got {args.budget}")
-    if args.patience is not None and not args.patience > 0:
-        raise StrategyError(f"--patience-s must be positive, got {args.patience}")
-    if args.search == "mcts" and args.weights and args.prior == "uniform":
-        raise StrategyError("--weights is for the GNN prior, not --prior uniform")
-    prior = "gnn" if args.weights and args.prior is None else args.prior
-    found = search(sim, topology, method=args.search, prior=prior, weights=args.weights, sfb=args.sfb,
-                   options=MctsOptions(budget_s=args.budget, iterations=args.iterations, seed=args.seed,
-                                       progress=not args.json, patience_s=args.patience))
-    result, simulations, seconds = found.result, found.simulations, found.seconds
-    search_info: dict[str, Any]
-    if args.search == "mcts":
-        mcts = cast("MctsResult", result)
-        search_info = {"search": "mcts", "prior": mcts.prior, "seed": args.seed, "iterations": mcts.iterations,
-                       "iterations_to_beat_dp": mcts.iterations_to_beat_dp,
-                       "time_to_beat_dp_s": mcts.time_to_beat_dp_s,
-                       "fell_back_to_baseline": mcts.fell_back, "converged": mcts.converged}
-    else:
-        search_info = {"search": "local", "iterations": None, "iterations_to_beat_dp": None, "time_to_beat_dp_s": None,
-                       "fell_back_to_baseline": result.best_baseline is not None
-                       and result.iteration_time_s >= result.baselines[result.best_baseline]}
-    if not result.found:
-        raise StrategyError(f"no plan found for {loaded.source} on {topology.name}: {NOTHING_FITS} "
-                            f"(batch {analysis.batch_size})")
-    sfb: dict[str, Any] = {"enabled": False}
-    if found.sfb is not None:
-        sfb = {"enabled": True, **found.sfb.to_dict(),
-               "duplicated_op_types": duplicated_op_types(analysis.for_strategy(result.strategy), result.strategy)}
-        # A baseline with SFB may have beaten the plan with SFB: then that baseline is the plan.
-        search_info["fell_back_to_baseline"] = bool(search_info["fell_back_to_baseline"]
-                                                    or getattr(result, "fell_back", False)
-                                                    or result.strategy.name.endswith("+sfb"))
+    sim, costs = _simulator(args, local, loaded, analysis, topology)
+    planned = plan_for(analysis, topology, dataclasses.replace(request, costs=costs), sim=sim)
     cached = None
     if not local and args.search == "mcts" and prior is None and args.iterations is None:
-        # The same search `distribute(strategy="auto")` runs: a plan made ahead of time with this command
-        # is the one training uses, unless the entry there already simulates at least as fast (a longer
-        # search may have made it; the key holds no budget or seed).
+        # The same plan `distribute(strategy="auto")` makes: a plan made ahead of time with this command
+        # is the one training uses, unless the entry there already simulates at least as fast.
         cache = PlanCache(ctx.options.cache_root())
         path = cache.path_for(analysis, topology, "auto", calibration=args.calibration, costs=costs, sfb=args.sfb)
-        if _faster_than_cached(sim, cache, path, result.iteration_time_s):
-            cache.store(path, stamped(result.strategy, analysis, topology), "auto")
-            cached = path
+        cached = path if cache.offer(path, planned.strategy, planned.iteration_time_s, sim) else None
     if args.out:
-        result.strategy.save(args.out)
-    out = {"model": loaded.source, "topology": topology.name,
-           "calibration": LOCAL_CALIBRATION if local else sim.calibration_name, "simulated": True,
-           **({"local_runtime": args.local_runtime,
-               "between_graph": cast("LocalSimulator", sim).machine.setup.between_graph} if local else {}),
-           "iteration_time_s": result.iteration_time_s,
-           "baselines_s": {k: _seconds(v) for k, v in result.baselines.items()},
-           "speedup_over_dp": result.speedup_over_dp, "best_baseline": result.best_baseline,
-           "speedup_over_best_baseline": result.speedup_over_best_baseline,
-           "lower_bound_s": sim.lower_bound_s(),
-           "baselines": {k: _seconds(v) for k, v in result.baselines.items()},
-           "speedup_vs_dp": result.speedup_over_dp, "speedup_vs_best_baseline": result.speedup_over_best_baseline,
-           "speedup_vs_best_subset": result.speedup_over("best-subset"),
-           **search_info, "planning_time_s": round(seconds, 3), "simulations": simulations, "oom": False,
-           "cost_sources": dict(sim.costs.source), "math_modes": dict(sim.costs.modes), "profiles": dict(costs.files) if costs else {},
-           "evaluations": simulations, "search_s": round(seconds, 2),
-           "sfb": sfb, "plan_cache": cached, "strategy": result.strategy.to_dict(),
-           "groups": describe(result.strategy, topology, analysis.for_strategy(result.strategy).grouping.groups)}
+        planned.strategy.save(args.out)
+    out = _report(args, local, loaded.source, analysis, topology, sim, costs, planned, cached)
     if args.json:
         json.dump(out, sys.stdout)
         print()
-        return 0
-    best = result.best_baseline
-    speedup = "no baseline runs here" if best is None else f"{result.speedup_over_best_baseline:.2f}x over {best}"
-    print(f"{loaded.source} on {topology.name}: {result.iteration_time_s * 1e3:.2f} ms per iteration "
+    else:
+        _print(out, args, sim)
+    return 0
+
+
+def _local_runtime(args: argparse.Namespace) -> bool:
+    """Whether plans are judged by the local machine model (--calibration local); its runtime set up."""
+    from tag_tf.frontend.planning import LOCAL_CALIBRATION
+    from tag_tf.localmachine.runtime import RUNTIMES, configure_runtime
+
+    if args.calibration != LOCAL_CALIBRATION:
+        if args.local_runtime or args.between_graph:
+            raise StrategyError(f"--local-runtime and --between-graph describe the local machine model: they need "
+                                f"--calibration {LOCAL_CALIBRATION}")
+        return False
+    if not args.model:
+        raise StrategyError(f"--calibration {LOCAL_CALIBRATION}: needs --model (the local profile rebuilds "
+                            "the model at several batch sizes)")
+    args.local_runtime = args.local_runtime or "tfdefault"
+    configure_runtime(RUNTIMES[args.local_runtime])   # before TensorFlow is imported: what the model describes
+    return True
+
+
+def _simulator(args: argparse.Namespace, local: bool, loaded: Loaded, analysis: Analysis, topology: Topology
+               ) -> tuple[Simulator, StoredCosts | None]:
+    """The simulator plans are judged with, and the profile database's costs it uses."""
+    from tag_tf.frontend.planning import local_machine_simulator, local_setup, simulator
+
+    if not local:
+        costs = stored_costs(loaded, analysis, topology, args)
+        return simulator(analysis, topology, args.calibration, costs), costs
+    if local_setup(topology).processes == 1 and args.between_graph:
+        raise StrategyError(f"--between-graph: topology {args.topology!r} is one process; between-graph tasks "
+                            f"need cpu-PxN with P >= 2")
+    return local_machine_simulator(analysis, topology, args.model, model_kwargs(args), args.profile_db,
+                                   use_db=not args.no_profiles, runtime=args.local_runtime,
+                                   between_graph=args.between_graph), None
+
+
+def _search_info(args: argparse.Namespace, search: Search) -> dict[str, object]:
+    result = search.result
+    info: dict[str, object]
+    if args.search == "mcts":
+        mcts = cast("MctsResult", result)
+        info = {"search": "mcts", "prior": mcts.prior, "seed": args.seed, "iterations": mcts.iterations,
+                "iterations_to_beat_dp": mcts.iterations_to_beat_dp, "time_to_beat_dp_s": mcts.time_to_beat_dp_s,
+                "fell_back_to_baseline": mcts.fell_back, "converged": mcts.converged}
+    else:
+        info = {"search": "local", "iterations": None, "iterations_to_beat_dp": None, "time_to_beat_dp_s": None,
+                "fell_back_to_baseline": result.best_baseline is not None
+                and result.iteration_time_s >= result.baselines[result.best_baseline]}
+    if search.sfb is not None:
+        # A baseline with SFB may have beaten the plan with SFB: then that baseline is the plan.
+        info["fell_back_to_baseline"] = bool(info["fell_back_to_baseline"] or getattr(result, "fell_back", False)
+                                             or result.strategy.name.endswith("+sfb"))
+    return info
+
+
+def _report(args: argparse.Namespace, local: bool, source: str, analysis: Analysis, topology: Topology,
+            sim: Simulator, costs: StoredCosts | None, planned: Planned, cached: str | None) -> dict[str, Any]:
+    """`plan --json`: every field once, under the names the README lists."""
+    from tag_tf.frontend.planning import LOCAL_CALIBRATION
+    from tag_tf.search.local_search import describe
+    from tag_tf.search.sfb import duplicated_op_types
+
+    search, strategy, seconds = planned.search, planned.strategy, planned.iteration_time_s
+    assert search is not None, "tag-tf plan plans 'auto' by a search"
+    baselines = search.result.baselines
+    sfb: dict[str, object] = {"enabled": False}
+    if search.sfb is not None:
+        sfb = {"enabled": True, **search.sfb.to_dict(),
+               "duplicated_op_types": duplicated_op_types(analysis.for_strategy(strategy), strategy)}
+    best = search.result.best_baseline
+    return {"model": source, "topology": topology.name,
+            "calibration": LOCAL_CALIBRATION if local else sim.calibration_name, "simulated": True,
+            **({"local_runtime": args.local_runtime,
+                "between_graph": cast("LocalSimulator", sim).machine.setup.between_graph} if local else {}),
+            "iteration_time_s": seconds, "baselines": {k: _seconds(v) for k, v in baselines.items()},
+            "best_baseline": best, "lower_bound_s": sim.lower_bound_s(),
+            "speedup_vs_dp": _ratio(baselines.get("dp"), seconds),
+            "speedup_vs_best_baseline": None if best is None else _ratio(baselines[best], seconds),
+            "speedup_vs_best_subset": _ratio(baselines.get("best-subset"), seconds),
+            **_search_info(args, search), "planning_time_s": round(search.seconds, 3),
+            "simulations": search.simulations, "oom": False,
+            "cost_sources": dict(sim.costs.source), "math_modes": dict(sim.costs.modes),
+            "profiles": dict(costs.files) if costs else {}, "sfb": sfb, "plan_cache": cached,
+            "strategy": strategy.to_dict(),
+            "groups": describe(strategy, topology, analysis.for_strategy(strategy).grouping.groups)}
+
+
+def _print(out: dict[str, Any], args: argparse.Namespace, sim: Simulator) -> None:
+    best = out["best_baseline"]
+    speedup = "no baseline runs here" if best is None else f"{out['speedup_vs_best_baseline']:.2f}x over {best}"
+    print(f"{out['model']} on {out['topology']}: {out['iteration_time_s'] * 1e3:.2f} ms per iteration "
           f"(simulated), {speedup}; compute lower bound {sim.lower_bound_s() * 1e3:.2f} ms "
-          f"({simulations} strategies in {seconds:.1f} s, {search_info['search']} search)")
-    for name, t in result.baselines.items():
-        print(f"  {name:<11} {_ms(t)}")
+          f"({out['simulations']} strategies in {out['planning_time_s']:.1f} s, {out['search']} search)")
+    for name, t in out["baselines"].items():
+        print(f"  {name:<11} {_ms(math.inf if t is None else t)}")
+    sfb = out["sfb"]
     if sfb["enabled"]:
         print(f"  SFB: {sfb['kept']} of {sfb['gradients']} gradient synchronisations replaced by duplicated ops "
               f"({sfb['before_s'] * 1e3:.2f} -> {sfb['after_s'] * 1e3:.2f} ms simulated; SCIP "
               f"{sfb['solve_ms_per_gradient']['mean']:.1f} ms per gradient)")
     if args.out:
         print(f"strategy written to {args.out}")
-    if cached:
-        print(f"plan cached for distribute(strategy='auto'): {cached}")
-    return 0
+    if out["plan_cache"]:
+        print(f"plan cached for distribute(strategy='auto'): {out['plan_cache']}")
 
 
-def _faster_than_cached(sim: Simulator, cache: PlanCache, path: str, seconds: float) -> bool:
-    """Whether a plan of `seconds` beats the cache entry at `path` (simulated); True without one."""
-    old = cache.load(path)
-    if old is None:
-        return True
-    try:
-        report = sim.simulate(old)
-    except StrategyError:                     # stale for these groups: replace it
-        return True
-    return report.oom or seconds < report.iteration_time_s
+def _ratio(base: float | None, seconds: float) -> float | None:
+    """How many times faster than `base` (None where either does not run)."""
+    if base is None or not math.isfinite(base) or not math.isfinite(seconds) or seconds <= 0:
+        return None
+    return base / seconds
 
 
 def _seconds(t: float) -> float | None:

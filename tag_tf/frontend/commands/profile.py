@@ -18,6 +18,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from tag_tf.deadline import Deadline
 from tag_tf.errors import ProfileError
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--db", default=None, help="profile database directory (default $TAG_TF_CACHE_DIR/profiles, else ~/.cache/tag_tf/profiles)")
     p.add_argument("--force", action="store_true", help="re-profile even when the database has the profile")
     p.add_argument("--top", type=int, default=10, help="how many of the slowest ops to list (default 10)")
+    p.add_argument("--budget-s", dest="budget", type=float,
+                   help="stop, with an error naming it, once profiling has run this many seconds (default: no limit)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -73,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
         raise ProfileError(f"--warmup must be >= 0, got {args.warmup}")
     if args.topology and not args.cluster:
         raise ProfileError("--topology is for --cluster (the cluster's machines); a local profile needs neither")
+    if args.budget is not None and not args.budget > 0:
+        raise ProfileError(f"--budget-s must be positive, got {args.budget}")
+    deadline = Deadline.never() if args.budget is None else Deadline.after(args.budget)
     targets = cluster_devices(args.cluster, args.topology) if args.cluster else [Target(*resolve_device(args.device))]
     db = ProfileDB(args.db or default_db_path())
 
@@ -87,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
             prof = profile_model(args.model, sizes, repeats=args.repeats, warmup=args.warmup, tiny=args.tiny,
                                  dynamic_batch=args.dynamic_batch,
                                  device=target.tf_device if target.server else args.device,
-                                 target=target.server, device_type=target.device_type if target.server else None)
+                                 target=target.server, device_type=target.device_type if target.server else None,
+                                 deadline=deadline)
             return dataclasses.replace(prof, fingerprint=fingerprint)
 
         if args.force:

@@ -1,10 +1,12 @@
 """`tag-tf verify`: train K steps with the original graph and with the compiled one, compare."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +20,13 @@ from tag_tf.frontend.loading import (
     strategy_help,
     with_fusion,
 )
+
+if TYPE_CHECKING:
+    from tag_tf.analysis import Analysis
+    from tag_tf.compiler import Compiled
+    from tag_tf.context import PassContext
+    from tag_tf.runtime.equivalence import EquivalenceResult
+    from tag_tf.strategy import Strategy
 
 
 def register(sub) -> None:
@@ -89,11 +98,8 @@ def check_memory(analysis, topology, strategy, source: str) -> None:
                        f"or fewer --devices")
 
 
-def run(args) -> int:
-    from tag_tf.compiler import DeviceMap, compile_strategy
+def run(args: argparse.Namespace) -> int:
     from tag_tf.context import Options, PassContext
-    from tag_tf.runtime.cluster import cpu_topology, local_cluster
-    from tag_tf.runtime.equivalence import check_equivalence
 
     if args.devices < 1 or args.processes < 1 or args.devices % args.processes:
         raise TagError(f"--devices {args.devices} must be a positive multiple of --processes {args.processes}")
@@ -102,38 +108,13 @@ def run(args) -> int:
     ctx = PassContext(Options(num_groups=args.groups, seed=args.seed, exact_batch_stats=args.exact_batch_stats))
     loaded = load(args, dropout=0.0)   # no random ops: both runs must see the same computation
     analysis = analysis_for(loaded, args, ctx)
-    per = args.devices // args.processes
-    topology = cpu_topology(args.processes, per)
-    # A plan file made for `local:N` (tag-tf plan, tag_tf.distribute) runs on these devices too.
-    strategy = strategy_from_spec(args.strategy, analysis, topology, seed=args.seed, check_topology=False)
-    strategy = with_fusion(strategy, args.fusion, analysis, topology)
-    shares = parse_shares(args.shares, args.devices)
-    if shares is not None:
-        strategy = dataclasses.replace(strategy, shares=tuple(shares))
-    strategy.validate(len(analysis.grouping.groups), args.devices)
-    check_memory(analysis, topology, strategy, loaded.source)
+    strategy = _strategy(args, analysis, loaded.source)
     rng = np.random.default_rng(args.seed)
     model = loaded.model
     assert model is not None           # --model only: add_model_args(graph=False)
     batches = [model.feed(rng) for _ in range(args.steps)]
     start = time.perf_counter()
-    if args.processes == 1:
-        devices = DeviceMap.local_cpus(args.devices)
-        compiled = compile_strategy(ctx, analysis, strategy, devices, check=True)
-        result = check_equivalence(analysis, compiled, lambda s: batches[s], args.steps, tolerance=args.tolerance)
-    else:
-        devices = DeviceMap.for_topology(topology)
-        compiled = compile_strategy(ctx, analysis, strategy, devices, check=True)
-        with local_cluster(args.processes, per) as (spec, _):
-            try:
-                result = check_equivalence(analysis, compiled, lambda s: batches[s], args.steps,
-                                           target=spec.target, config=spec.session_config(),
-                                           tolerance=args.tolerance)
-            except Exception as e:  # a dead server shows up as a TF error: name the task
-                import tensorflow as tf
-                if isinstance(e, tf.errors.OpError):
-                    raise spec.explain(e) from None
-                raise
+    result, compiled = _check(args, ctx, analysis, strategy, batches)
     out = {"model": loaded.source, **result.to_dict(), "processes": args.processes,
            "strategy": args.strategy, "fusion_bytes": strategy.fusion_bytes, "seed": args.seed,
            "groups": len(analysis.grouping.groups),
@@ -150,3 +131,45 @@ def run(args) -> int:
         if result.noise_variables:
             print(f"  left out (gradient is rounding noise): {', '.join(result.noise_variables)}")
     return 0 if result.ok else 1
+
+
+def _strategy(args: argparse.Namespace, analysis: Analysis, source: str) -> Strategy:
+    """--strategy, --fusion and --shares on this machine's devices, checked to fit its memory."""
+    from tag_tf.runtime.cluster import cpu_topology
+
+    topology = cpu_topology(args.processes, args.devices // args.processes)
+    # A plan file made for `local:N` (tag-tf plan, tag_tf.distribute) runs on these devices too.
+    strategy = strategy_from_spec(args.strategy, analysis, topology, seed=args.seed, check_topology=False)
+    strategy = with_fusion(strategy, args.fusion, analysis, topology)
+    shares = parse_shares(args.shares, args.devices)
+    if shares is not None:
+        strategy = dataclasses.replace(strategy, shares=tuple(shares))
+    strategy.validate(len(analysis.grouping.groups), args.devices)
+    check_memory(analysis, topology, strategy, source)
+    return strategy
+
+
+def _check(args: argparse.Namespace, ctx: PassContext, analysis: Analysis, strategy: Strategy,
+           batches: list[dict[str, np.ndarray]]) -> tuple[EquivalenceResult, Compiled]:
+    """The original and the compiled graph trained side by side: in this process, or on
+    --processes local servers."""
+    from tag_tf.compiler import DeviceMap, compile_strategy
+    from tag_tf.runtime.cluster import cpu_topology, local_cluster
+    from tag_tf.runtime.equivalence import check_equivalence
+
+    per = args.devices // args.processes
+    if args.processes == 1:
+        compiled = compile_strategy(ctx, analysis, strategy, DeviceMap.local_cpus(args.devices), check=True)
+        return check_equivalence(analysis, compiled, lambda s: batches[s], args.steps,
+                                 tolerance=args.tolerance), compiled
+    compiled = compile_strategy(ctx, analysis, strategy, DeviceMap.for_topology(cpu_topology(args.processes, per)),
+                                check=True)
+    with local_cluster(args.processes, per) as (spec, _):
+        try:
+            return check_equivalence(analysis, compiled, lambda s: batches[s], args.steps, target=spec.target,
+                                     config=spec.session_config(), tolerance=args.tolerance), compiled
+        except Exception as e:  # a dead server shows up as a TF error: name the task
+            import tensorflow as tf
+            if isinstance(e, tf.errors.OpError):
+                raise spec.explain(e) from None
+            raise
