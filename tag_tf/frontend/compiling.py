@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tag_tf.deadline import Deadline
 from tag_tf.errors import ClusterError, CompileError, TagError, VerificationError
 from tag_tf.frontend.options import DistributeOptions
 from tag_tf.frontend.planning import PLANNED, Plan, request_key, resolve_strategy, stored_costs_for
@@ -47,6 +48,8 @@ def compile_program(graph: tf.Graph, roots: Sequence[str], feeds: Mapping[str, n
     from tag_tf.compiler import check_compilable, compile_strategy
 
     start = time.perf_counter()
+    # The planning budget counts from here: capture and analysis use part of it, the search the rest.
+    deadline = Deadline.never() if options.budget_s is None else Deadline.after(options.budget_s)
     gd, meta, train_op, learned = capture(graph, roots, feeds)
     ir = _ir_with_batch(gd, meta, train_op, target)
     ctx, analysis = _analysed(ir, feeds, options)
@@ -58,7 +61,7 @@ def compile_program(graph: tf.Graph, roots: Sequence[str], feeds: Mapping[str, n
         plan, fetch_list, root_list = tasks.chiefs_choice(message, ir.fingerprint)
         as_written = message.as_written
     else:
-        plan, as_written = _planned(ctx, analysis, options, target, start)
+        plan, as_written = _planned(ctx, analysis, options, target, deadline)
         fetch_list, root_list = list(fetches), list(roots)
     fetch_list = [f for f in fetch_list if f.rpartition(":")[0] in ir]
     root_list = [r for r in dict.fromkeys([*root_list, *targets]) if r in ir]     # the first run's ops, all compiled
@@ -113,13 +116,13 @@ def _analysed(ir: Graph, feeds: Mapping[str, np.ndarray], options: DistributeOpt
 
 
 def _planned(ctx: PassContext, analysis: Analysis, options: DistributeOptions, target: Target,
-             start: float) -> tuple[Plan, bool]:
-    """The plan of `options.strategy` (within what capture and analysis, begun at `start`, left of
+             deadline: Deadline) -> tuple[Plan, bool]:
+    """The plan of `options.strategy` (by `deadline`: what capture and analysis left of
     the budget), and whether the profile database says to run it as written."""
     costs = None
     if request_key(options.strategy) in PLANNED:     # only planning reads the profile database
         costs = stored_costs_for(analysis, target.topology, os.path.join(ctx.options.cache_root(), "profiles"))
-    budget = None if options.budget_s is None else max(0.0, options.budget_s - (time.perf_counter() - start))
+    budget = max(0.0, deadline.left()) if deadline.bounded else None
     plan = resolve_strategy(analysis, target.topology, options.strategy, cache_dir=ctx.options.cache_root(),
                             budget_s=budget, calibration=options.calibration, costs=costs, sfb=options.sfb,
                             drive_s=drive_cost(target, analysis))

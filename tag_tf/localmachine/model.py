@@ -388,13 +388,31 @@ class LocalSimulator(Simulator):
         self.per_op_s = per_op_s
         self.per_sample_scale = per_sample_scale
         self.serial = 0.0 if machine.setup.runtime.one_op_at_a_time else serial
+        self.run_layer_s = run_layer_s
         self._serial = (Simulator(analysis, topology, costs=costs, comm=comm, cpu_executor="one")
                         if self.serial > 0 else None)
         # Between-graph, every task is fed the whole batch (and takes its shards of it).
         self.step_overhead_s = machine.step_overhead(feed_bytes_of(analysis.graph_b1)) + run_layer_s
 
+    def for_strategy(self, strategy: Strategy) -> Simulator:
+        """The local machine's simulator of the refined groups `strategy` plans (itself without
+        them): the same machine, profile and per-step costs, so that a search's steps judged on
+        the regrouped graph (SFB, batch shares) price a step as `simulate` does."""
+        if strategy.op_groups is None or tuple(strategy.op_groups) == self._own_groups:
+            return self
+        key = tuple(strategy.op_groups)
+        if key not in self._regrouped:
+            other = LocalSimulator(self.analysis.for_strategy(strategy), self.machine, self.profile, self.per_op_s,
+                                   self.per_sample_scale, self.serial, self.run_layer_s)
+            other.client = self.client
+            self._regrouped[key] = other
+        return self._regrouped[key]
+
     def simulate(self, strategy: Strategy, *, detail: bool = False, collapse: bool | None = None,
                  approximate: bool = False) -> SimReport:
+        regrouped = self.for_strategy(strategy)
+        if regrouped is not self:         # refined groups: their own local simulator, costs added once
+            return regrouped.simulate(strategy, detail=detail, collapse=collapse, approximate=approximate)
         report = super().simulate(strategy, detail=detail, collapse=collapse, approximate=approximate)
         seconds = report.iteration_time_s
         if self._serial is not None:

@@ -127,8 +127,8 @@ class Simulator:
 
     def with_client(self, client: Client | None) -> Simulator:
         """The same simulator, its reports charging `client`'s feed and drive (sim.client) to each
-        plan; None: the devices' iteration alone."""
-        other = object.__new__(Simulator)
+        plan; None: the devices' iteration alone. A subclass stays itself (its own costs kept)."""
+        other = object.__new__(type(self))
         other.__dict__.update(self.__dict__)
         other.client = client
         other._regrouped = {}
@@ -139,7 +139,7 @@ class Simulator:
         reused: this is what a calibration fit evaluates many times)."""
         from tag_tf import _simcore
 
-        other = object.__new__(Simulator)
+        other = object.__new__(type(self))
         other.__dict__.update(self.__dict__)
         other.calibration = resolve_calibration(calibration, self.topology)
         other.prepared = (self.nominal if other.calibration is None
