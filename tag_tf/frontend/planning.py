@@ -313,7 +313,9 @@ def plan_for(analysis: Analysis, topology: Topology, request: PlanRequest | None
     """The one planning entry point: the plan of `request` (default: "auto") for `analysis` on
     `topology`, judged by `sim` where given (e.g. `local_machine_simulator`), else by the request's
     calibration and costs. `distribute` (through `resolve_strategy`, with the plan cache), the
-    Estimator wrapper, `tag-tf plan`, `tag-tf simulate`, the demo and the benchmarks plan here."""
+    Estimator wrapper, `tag-tf plan`, `tag-tf simulate`'s baselines, the demo and the benchmarks that
+    measure what `auto` plans (through `choose_auto`) plan here; studies of the search's own parts
+    call those parts."""
     request = request if request is not None else PlanRequest()
     start = time.perf_counter()
     if request.name == "auto":

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from tag_tf.errors import ClusterError
 from tag_tf.frontend.planning import Plan
@@ -20,6 +21,9 @@ from tag_tf.runtime import roles
 from tag_tf.runtime.plan_message import BETWEEN, CHIEF, LOADED, PlanMessage
 from tag_tf.runtime.roles import Role
 
+if TYPE_CHECKING:
+    from tensorflow.distribute import Server
+
 log = logging.getLogger("tag_tf.distribute")
 
 
@@ -28,7 +32,7 @@ class ClusterTasks:
 
     def __init__(self, role: Role):
         self.role = role
-        self.server: object = None
+        self.server: Server | None = None      # this task's TensorFlow server, once joined
         self._pending: list[PlanMessage] = []      # plans the chief sent that no graph has used yet
 
     # -- joining ---------------------------------------------------------------------------------
@@ -36,8 +40,8 @@ class ClusterTasks:
         """Serve this machine and return the target to compile for. The chief waits for the other
         tasks; any other task waits for the chief's first plan (its topology: every task compiles for
         the same devices) or, when the chief drives every step or ends the run, ends here."""
-        self.server = roles.join(self.role)
-        local = getattr(self.server, "target", "")
+        server = self.server = roles.join(self.role)
+        local = server.target
         if self.role.is_chief:
             # Sessions on this server's own target run with an in-process master (no gRPC hop for
             # feeds and fetches).

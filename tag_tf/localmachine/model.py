@@ -394,19 +394,12 @@ class LocalSimulator(Simulator):
         # Between-graph, every task is fed the whole batch (and takes its shards of it).
         self.step_overhead_s = machine.step_overhead(feed_bytes_of(analysis.graph_b1)) + run_layer_s
 
-    def for_strategy(self, strategy: Strategy) -> Simulator:
-        """The local machine's simulator of the refined groups `strategy` plans (itself without
-        them): the same machine, profile and per-step costs, so that a search's steps judged on
-        the regrouped graph (SFB, batch shares) price a step as `simulate` does."""
-        if strategy.op_groups is None or tuple(strategy.op_groups) == self._own_groups:
-            return self
-        key = tuple(strategy.op_groups)
-        if key not in self._regrouped:
-            other = LocalSimulator(self.analysis.for_strategy(strategy), self.machine, self.profile, self.per_op_s,
-                                   self.per_sample_scale, self.serial, self.run_layer_s)
-            other.client = self.client
-            self._regrouped[key] = other
-        return self._regrouped[key]
+    def _regrouped_simulator(self, analysis: Analysis) -> Simulator:
+        """The local machine's simulator of refined groups: the same machine, profile and per-step
+        costs, so that a search's steps judged on the regrouped graph (SFB, batch shares) price a
+        step as `simulate` does."""
+        return LocalSimulator(analysis, self.machine, self.profile, self.per_op_s, self.per_sample_scale, self.serial,
+                              self.run_layer_s)
 
     def simulate(self, strategy: Strategy, *, detail: bool = False, collapse: bool | None = None,
                  approximate: bool = False) -> SimReport:

@@ -59,8 +59,8 @@ def local_search(sim: Simulator, topology: Topology, *, budget_s: float = 30.0, 
     # The pipeline baseline is one to beat; the moves below start from the others (its groups are
     # its stages).
     best_name = starts.best(leave_out=(PIPELINE,))
-    current, best = _start(cost, topology, starts, best_name, deadline)
     candidates = _candidates(topology)
+    current, best = _start(cost, topology, starts, best_name, candidates, deadline)
     moves = [(g,) for g in sim.groups_by_compute()] + (coupled_blocks(sim.group_traffic()) if blocks else [])
     current, best, improved = improve(cost, current, best, candidates, moves, deadline,
                                       max_passes=max_passes, progress=progress)
@@ -82,8 +82,8 @@ def _candidates(topology: Topology) -> list[GroupPlan]:
             for option in (Option.ALLREDUCE, Option.PS) if len(devices) > 1 or option is Option.ALLREDUCE]
 
 
-def _start(cost: Evaluator, topology: Topology, starts: Starts, best_name: str, deadline: Deadline
-           ) -> tuple[Strategy, float]:
+def _start(cost: Evaluator, topology: Topology, starts: Starts, best_name: str, candidates: list[GroupPlan],
+           deadline: Deadline) -> tuple[Strategy, float]:
     """Where the moves start: the best baseline (its synchronisation overlapped with the backward
     pass where that is faster), or a uniform plan over fewer devices that simulates faster."""
     current, best = starts.plans[best_name], starts.times[best_name]
@@ -97,7 +97,7 @@ def _start(cost: Evaluator, topology: Topology, starts: Starts, best_name: str, 
     # start: a small model can run faster without the slow network at all, and when no baseline
     # fits (out of memory, fewer samples than devices) they are the only starts.
     fastest = int(np.argmax(device_capacities(topology)))
-    for plan in [*_candidates(topology), GroupPlan((fastest,), Option.ALLREDUCE)]:
+    for plan in [*candidates, GroupPlan((fastest,), Option.ALLREDUCE)]:
         if np.isfinite(best) and deadline.expired():
             break
         start = dataclasses.replace(starts.plans[template_baseline()], groups=(plan,) * cost.sim.num_groups)

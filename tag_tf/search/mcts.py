@@ -351,9 +351,8 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
     tree = _Tree(cost, actions, order, template, prior_fn, options.prior_mix,
                  keep_reports=prior_fn is not None or record is not None)
     found = _TreeOutcome(starts.plans[best_name], reference)
-    tree_until = Deadline(start_time + budget * (1 - POLISH_SHARE if options.polish else 1.0))
-    _grow(tree, options, Deadline(min(tree_until.end, deadline.end)), reference, starts.times["dp"], found,
-          start_time)
+    tree_until = Deadline(start_time + budget * (1 - POLISH_SHARE if options.polish else 1.0))   # <= deadline
+    _grow(tree, options, tree_until, reference, starts.times["dp"], found, start_time)
     if record is not None:
         record.extend(tree.records())
     best_plan, best_time, refine_runs = found.best_plan, found.best_time, 0

@@ -156,12 +156,16 @@ class Simulator:
             return self
         key = tuple(strategy.op_groups)
         if key not in self._regrouped:
-            other = Simulator(self.analysis.for_strategy(strategy), self.topology, costs=self.costs,
-                              comm=self._comm, calibration=self.calibration,
-                              cpu_executor=self.cpu_executor)
+            other = self._regrouped_simulator(self.analysis.for_strategy(strategy))
             other.client = self.client
             self._regrouped[key] = other
         return self._regrouped[key]
+
+    def _regrouped_simulator(self, analysis: Analysis) -> Simulator:
+        """This simulator's costs and physics on `analysis` (the same graph, other groups); a
+        subclass whose reports add costs of their own makes one of its kind."""
+        return Simulator(analysis, self.topology, costs=self.costs, comm=self._comm, calibration=self.calibration,
+                         cpu_executor=self.cpu_executor)
 
     @property
     def colocation(self) -> ColocationSets:

@@ -74,3 +74,12 @@ def test_profiling_stops_at_its_deadline():
 
     with pytest.raises(DeadlineExceeded, match="profiling the training step: out of time"):
         profile_model("mlp", (2, 4), repeats=2, warmup=0, tiny=True, device="cpu", deadline=Deadline.after(0.0))
+
+
+def test_the_profile_command_stops_at_its_budget(tmp_path, capsys):
+    from tag_tf.frontend.cli import main
+
+    code = main(["profile", "--model", "mlp", "--tiny", "--batch-sizes", "2,4", "--warmup", "0", "--budget-s", "1e-6",
+                 "--db", str(tmp_path), "--json"])
+    assert code != 0 and "profiling the training step: out of time" in capsys.readouterr().err
+    assert main(["profile", "--model", "mlp", "--tiny", "--budget-s", "-1", "--db", str(tmp_path)]) != 0
