@@ -168,6 +168,7 @@ def describe_run(d) -> dict:
                      "whole_replicas": bool(strategy.whole_replicas), "sfb": len(strategy.sfb),
                      "shares": None if shares is None else [round(x / sum(shares), 3) for x in shares],   # of `devices`
                      "one_device": len(devices) == 1, "microbatches": strategy.microbatches,
+                     "fusion_bytes": strategy.fusion_bytes,
                      "stages": len({g.devices for g in strategy.groups}) if strategy.microbatches > 1 else None},
             "predicted_ms": predicted * 1e3, "client_ms": report.client_s * 1e3, "planned_s": plan.seconds,
             "cache_hit": plan.cache_hit,
@@ -348,7 +349,11 @@ def verdicts(data: dict) -> dict:
             if predicted:
                 errors = [abs(predicted[k] - t[k]) / t[k] for k in predicted]
                 v["mape"] = statistics.mean(errors)
-                v["spearman"] = _spearman([predicted[k] for k in predicted], [t[k] for k in predicted])
+                plans = distinct_plans(rows, list(predicted), chief)
+                v["plans"] = [list(p) for p in plans]
+                v["spearman"] = _spearman([statistics.mean(predicted[k] for k in p) for p in plans],
+                                          [statistics.mean(t[k] for k in p) for p in plans])
+                v["spearman_rows"] = _spearman([predicted[k] for k in predicted], [t[k] for k in predicted])
                 pairs += [(predicted[k], t[k]) for k in predicted]
             plain_loss = rows.get("plain", {}).get("last_loss")
             if plain_loss is not None:
@@ -377,10 +382,28 @@ def same_plan(auto: dict, other: dict | None, chief: str | None) -> bool:
         return False
     if other is None:
         return bool(auto.get("one_device")) and auto.get("hosts") == [chief]
-    keys = ("devices", "options", "sfb", "whole_replicas")
+    keys = ("devices", "options", "sfb", "whole_replicas", "fusion_bytes", "microbatches")
     if any(auto.get(k) != other.get(k) for k in keys):
         return False
     return bool(auto.get("one_device")) or (auto.get("shares") or None) == (other.get("shares") or None)
+
+
+def distinct_plans(rows: dict, names: list[str], chief: str | None) -> list[tuple[str, ...]]:
+    """The tag_tf rows `names` grouped by the plan they ran (`same_plan`): the predicted order is
+    an order of plans, and rows that ran one plan differ by measurement noise only."""
+    plans: list[list[str]] = []
+    for k in names:
+        for p in plans:
+            a, b = rows[p[0]], rows[k]
+            # (the same prediction too: plans differing in what the row's plan does not list, such
+            # as fusion in results from before it did, are told apart by it)
+            if same_plan(a.get("plan") or {}, b.get("plan"), chief) and \
+                    abs(a["predicted_ms"] - b["predicted_ms"]) <= 1e-3 * max(a["predicted_ms"], b["predicted_ms"]):
+                p.append(k)
+                break
+        else:
+            plans.append([k])
+    return [tuple(p) for p in plans]
 
 
 def searched_multi_host(plan: dict) -> bool:
@@ -391,18 +414,30 @@ def searched_multi_host(plan: dict) -> bool:
 
 
 def _spearman(a: list[float], b: list[float]) -> float | None:
+    """Spearman's rank correlation with tied values given their average rank (Pearson's
+    correlation of the ranks): rows that ran one plan have one prediction, a tie, not an order."""
     if len(a) < 3:
         return None
 
     def ranks(x: list[float]) -> list[float]:
         order = sorted(range(len(x)), key=lambda i: x[i])
         r = [0.0] * len(x)
-        for rank, i in enumerate(order):
-            r[i] = float(rank)
+        start = 0
+        while start < len(order):
+            end = start
+            while end + 1 < len(order) and x[order[end + 1]] == x[order[start]]:
+                end += 1
+            for k in range(start, end + 1):
+                r[order[k]] = (start + end) / 2.0
+            start = end + 1
         return r
     ra, rb = ranks(a), ranks(b)
-    n = len(a)
-    return 1.0 - 6.0 * sum((x - y) ** 2 for x, y in zip(ra, rb)) / (n * (n * n - 1))
+    ma, mb = statistics.mean(ra), statistics.mean(rb)
+    sa = sum((x - ma) ** 2 for x in ra) ** 0.5
+    sb = sum((y - mb) ** 2 for y in rb) ** 0.5
+    if sa == 0.0 or sb == 0.0:
+        return None                       # every prediction (or measurement) the same: no order to compare
+    return sum((x - ma) * (y - mb) for x, y in zip(ra, rb)) / (sa * sb)
 
 
 def render(data: dict) -> str:

@@ -847,7 +847,9 @@ class Expander {
   }
 
   // Edge e's partial sums on device d added up: its one replica there, or (micro-batched) the sum
-  // of its micro-batches there, accumulated where they were computed.
+  // of its micro-batches there, accumulated where they were computed: as the compiler emits it
+  // (compiler/collectives.py _accumulate), a chain of additions in micro-batch order, each reading
+  // the running sum and one micro-batch's value and writing the sum.
   int32_t device_sum(int32_t e, int32_t d) {
     const int32_t src = p_.e_src[e];
     const Layout& P = layouts_[op_layout_[src]];
@@ -856,11 +858,18 @@ class Expander {
     auto it = memo_device_sum_.find(key);
     if (it != memo_device_sum_.end()) return it->second;
     const int64_t bytes = p_.e_bytes[e];
-    int32_t n = 0;
-    for (int32_t dev : P.devs) n += dev == d;
-    const int32_t sum = add_task(kAddN, memcpy_time(d, (n + 1.0) * bytes), d, src, bytes, {d});
-    for (int32_t j = 0; j < P.size(); ++j)
-      if (P.devs[j] == d) edge(instance(src, j), sum, true);
+    int32_t sum = -1;
+    for (int32_t j = 0; j < P.size(); ++j) {
+      if (P.devs[j] != d) continue;
+      if (sum == -1) {
+        sum = instance(src, j);
+        continue;
+      }
+      const int32_t add = add_task(kAddN, memcpy_time(d, 3.0 * bytes), d, src, bytes, {d});
+      edge(sum, add, true);
+      edge(instance(src, j), add, true);
+      sum = add;
+    }
     ++num_accumulates;
     memo_device_sum_.emplace(key, sum);
     return sum;

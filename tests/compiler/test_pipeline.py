@@ -107,6 +107,40 @@ def test_microbatch_m_plus_1_does_not_wait_for_later_stages():
     assert compiled.stats["concat"] == 0
 
 
+def test_micro_batch_sums_are_chained_and_grappler_keeps_the_chain():
+    """Each device sums its micro-batches' gradients as they come: a chain of additions in
+    micro-batch order, which TensorFlow's graph rewrites (on, as users run) leave alone. Folded into
+    one AddN, Grappler's memory optimizer would zero a temporary variable every step and sum at the
+    end (measured: 0.56 s of a 2.3 s step on an emulated quarter-speed host)."""
+    import tensorflow as tf
+
+    from tag_tf.compiler.collectives import GRAPPLER_ADD_OPS_DONE
+    from tag_tf.runtime.equivalence import _initializers, import_graph
+    from tag_tf.runtime.sessions import session_config
+
+    model, a = analysis_of("mlp")
+    micro = 4
+    compiled = compile_strategy(PassContext(), a, pipeline_plan(a, [(0,), (1,)], micro), DeviceMap.local_cpus(2))
+    chain = [n for n in compiled.graph_def.node if n.name.startswith("tag/accumulate/")]
+    assert chain and all(n.op == "AddV2" and GRAPPLER_ADD_OPS_DONE in n.attr for n in chain)
+    sums = {n.name for n in chain} - {i.split(":")[0] for n in chain for i in n.input}
+    assert len(chain) == (micro - 1) * len(sums)       # M - 1 additions per summed gradient
+    for last in sums:                                  # micro-batch m's value joins the m-th addition
+        node, order = {n.name: n for n in chain}[last], []
+        while node is not None:
+            order.append(int(node.input[1].split("/")[0][len("tag_r"):]))
+            node = {n.name: n for n in chain}.get(node.input[0].split(":")[0])
+        assert order == list(range(micro - 1, 0, -1)), (last, order)
+    graph = import_graph(compiled.graph_def)
+    meta = tf.compat.v1.RunMetadata()
+    with tf.compat.v1.Session(graph=graph, config=session_config(2)) as sess:
+        sess.run(_initializers(a.graph, compiled.instances))
+        sess.run([compiled.run_ops[a.graph.meta.train_op], compiled.fetch_tensors[a.graph.meta.loss]], dict(batches(model, 1)(0)),
+                 options=tf.compat.v1.RunOptions(output_partition_graphs=True), run_metadata=meta)
+    ran = {n.name: n.op for g in meta.partition_graphs for n in g.node if n.name.startswith("tag/accumulate/")}
+    assert {n.name: ran.get(n.name) for n in chain} == {n.name: "AddV2" for n in chain}
+
+
 @pytest.mark.parametrize("name", ["mlp", "transformer", "bert-small"])
 def test_two_server_processes_one_stage_each(name):
     """Stage 0 on task 0, stage 1 on task 1: micro-batches cross the process boundary."""

@@ -117,3 +117,50 @@ def test_nccl_all_reduce_among_gpus_of_one_machine():
     fused = dataclasses.replace(dp, fusion_bytes=2**26)
     nodes = compile_strategy(PassContext(), a, fused, DeviceMap.for_topology(one), check=True).graph_def.node
     assert sum(n.op == "NcclAllReduce" for n in nodes) == 4
+
+
+def test_a_server_on_one_core_sends_while_its_chain_computes():
+    """A task confined to one core (an emulated host's cpuset) still sends each value as soon as
+    it is made: its server runs with a second inter-op thread. With TensorFlow's default (one thread
+    per usable core) the executor runs the next op of a chain inline and queues the Send behind it,
+    so a pipeline stage passed its micro-batches on only after its last forward op."""
+    import os
+
+    import tensorflow as tf
+
+    from tag_tf.runtime.cluster import server_inter_op_threads
+
+    assert server_inter_op_threads() >= 2
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(mask)})          # the servers start confined to one core
+    try:
+        cluster = local_cluster(2)
+        spec, _ = cluster.__enter__()
+    finally:
+        os.sched_setaffinity(0, mask)
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            with tf.device("/job:worker/task:0/device:CPU:0"):
+                w = tf.compat.v1.Variable(np.full((600, 600), 1e-3, np.float32))
+                x0 = tf.compat.v1.Variable(np.ones((600, 600), np.float32))
+                x, outs = x0.read_value(), []
+                for k in range(4):
+                    for j in range(6):
+                        x = tf.tanh(tf.matmul(x, w), name=f"chain{k}_{j}")
+                    outs.append(x)
+            with tf.device("/job:worker/task:1/device:CPU:0"):
+                total = tf.add_n([tf.reduce_sum(o, name=f"got{k}") for k, o in enumerate(outs)])
+        meta = tf.compat.v1.RunMetadata()
+        with tf.compat.v1.Session(spec.target, graph=graph, config=spec.session_config()) as sess:
+            sess.run([w.initializer, x0.initializer])
+            sess.run(total)
+            sess.run(total, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+                     run_metadata=meta)
+        when = {n.node_name: (n.all_start_micros, n.all_start_micros + n.all_end_rel_micros)
+                for d in meta.step_stats.dev_stats for n in d.node_stats}
+        chain_end = when["chain3_5"][1]
+        assert when["got0"][0] < when["chain3_0"][0] < chain_end, \
+            (when["got0"][0] - when["chain0_5"][1], chain_end - when["got0"][0])
+    finally:
+        cluster.__exit__(None, None, None)
