@@ -488,6 +488,9 @@ def render(data: dict) -> str:
                      f"{', '.join(x.get('same_plan_as') or []) or '-'} | "
                      f"{f(x.get('auto_over_best_other_plan'), '.2f', 'x')} | {f(x.get('auto_over_faster_peer'), '.2f', 'x')} | {f(x.get('mape'), '.1%')} | {f(x.get('spearman'))} | "
                      f"{f(x.get('max_last_loss_diff'), '.2e')} |")
+    lines += ["", "MAPE: of every tag_tf row's prediction against its measured step. Spearman: of the predicted "
+              "and measured step times of the distinct plans the tag_tf rows ran (rows that ran one plan counted "
+              "once, at their mean; ties at their average rank)."]
     if "all" in v:
         lines += ["", f"Every tag_tf row's prediction against its measured step: MAPE {v['all']['mape']:.1%}."]
     if v.get("pipelined"):

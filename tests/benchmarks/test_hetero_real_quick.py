@@ -159,3 +159,36 @@ def test_rows_that_ran_autos_plan_are_named_and_auto_is_also_judged_against_the_
     assert v["same_plan_as"] == ["plain", "tag-best-subset"]
     assert v["auto_over_best_baseline"] == pytest.approx(1.7 / 1.6)
     assert v["auto_over_best_other_plan"] == pytest.approx(1.7 / 1.9)
+
+
+def test_the_predicted_order_is_judged_on_distinct_plans_with_ties_at_their_average_rank():
+    """Rows that ran one plan (same plan, same prediction) count once, at their mean measured
+    time; tied values share their average rank; plans the prediction tells apart (another fusion,
+    another prediction) stay apart."""
+    from benchmarks.hetero_real import _spearman, distinct_plans, verdicts
+
+    assert _spearman([1.0, 2.0, 3.0], [10.0, 20.0, 30.0]) == pytest.approx(1.0)
+    assert _spearman([1.0, 2.0, 3.0], [30.0, 20.0, 10.0]) == pytest.approx(-1.0)
+    assert _spearman([1.0, 1.0, 2.0, 3.0], [5.0, 4.0, 6.0, 7.0]) == pytest.approx(0.9486833)   # a tie, not an order
+    assert _spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) is None
+    assert _spearman([1.0, 2.0], [1.0, 2.0]) is None
+
+    one = {"hosts": ["fast"], "devices": [0], "options": ["allreduce"], "sfb": 0, "whole_replicas": True,
+           "one_device": True, "shares": [1.0]}
+    three = dict(one, hosts=["fast", "half", "quarter"], devices=[0, 1, 2], one_device=False, shares=None)
+
+    def row(measured, predicted, plan):
+        return {"median_ms": measured, "predicted_ms": predicted, "last_loss": 2.3, "plan": plan}
+    rows = {"plain": {"median_ms": 30.0, "last_loss": 2.3},
+            "tag-auto": row(32.0, 31.0, one), "tag-best-subset": row(29.0, 31.0, one),
+            "tag-dp": row(120.0, 130.0, dict(three, fusion_bytes=None)),
+            "tag-horovod": row(100.0, 110.0, dict(three, fusion_bytes=64 << 20)),
+            "tag-horovod-p": row(80.0, 90.0, dict(three, fusion_bytes=64 << 20, shares=[0.6, 0.3, 0.1]))}
+    plans = distinct_plans(rows, ["tag-auto", "tag-best-subset", "tag-dp", "tag-horovod", "tag-horovod-p"], "fast")
+    assert plans == [("tag-auto", "tag-best-subset"), ("tag-dp",), ("tag-horovod",), ("tag-horovod-p",)]
+    data = {"clusters": {"compute": {"cluster": {"hosts": [{"name": "fast"}]}, "models": {"cnn": rows}}}}
+    v = verdicts(data)["compute/cnn"]
+    assert v["spearman"] == pytest.approx(1.0)                # one-device < horovod-p < horovod < dp, both ways
+    assert v["spearman_rows"] < 1.0                           # row by row, the one plan's two runs disagree
+    rows["tag-horovod"] = row(100.0, 110.0, dict(three, fusion_bytes=None))     # as dp's plan: the prediction
+    assert len(distinct_plans(rows, ["tag-dp", "tag-horovod"], "fast")) == 2  # still tells them apart
