@@ -111,7 +111,7 @@ def test_micro_batch_sums_are_chained_and_grappler_keeps_the_chain():
     """Each device sums its micro-batches' gradients as they come: a chain of additions in
     micro-batch order, which TensorFlow's graph rewrites (on, as users run) leave alone. Folded into
     one AddN, Grappler's memory optimizer would zero a temporary variable every step and sum at the
-    end (measured: 0.56 s of a 2.3 s step on an emulated quarter-speed host)."""
+    end (measured: 0.56 s of a traced 3.1 s step on an emulated quarter-speed host)."""
     import tensorflow as tf
 
     from tag_tf.compiler.collectives import GRAPPLER_ADD_OPS_DONE

@@ -128,17 +128,18 @@ def test_a_server_on_one_core_sends_while_its_chain_computes():
 
     import tensorflow as tf
 
-    from tag_tf.runtime.cluster import server_inter_op_threads
+    from tag_tf.runtime.cluster import LocalCluster, server_inter_op_threads
 
     assert server_inter_op_threads() >= 2
+    cluster = LocalCluster(2)
     mask = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(mask)})          # the servers start confined to one core
     try:
-        cluster = local_cluster(2)
-        spec, _ = cluster.__enter__()
+        cluster.start()                           # (stops what it started if it fails)
     finally:
         os.sched_setaffinity(0, mask)
     try:
+        spec = cluster.running
         graph = tf.Graph()
         with graph.as_default():
             with tf.device("/job:worker/task:0/device:CPU:0"):
@@ -163,4 +164,4 @@ def test_a_server_on_one_core_sends_while_its_chain_computes():
         assert when["got0"][0] < when["chain3_0"][0] < chain_end, \
             (when["got0"][0] - when["chain0_5"][1], chain_end - when["got0"][0])
     finally:
-        cluster.__exit__(None, None, None)
+        cluster.stop()
