@@ -39,6 +39,7 @@ class Measured:
     rtt: dict[tuple[int, int], float]             # (i, j) -> seconds
     names: tuple[str, ...]
     configured: dict[tuple[int, int], float | None]
+    duplex: dict[tuple[int, int], float] = dataclasses.field(default_factory=dict)   # i -> j while j -> i runs too
 
     def to_dict(self) -> dict[str, object]:
         def bps(x: float | None) -> float | None:
@@ -46,7 +47,8 @@ class Measured:
 
         return {"hosts": [{"name": n, "cpu_speed": s} for n, s in zip(self.names, self.cpu_speed)],
                 "links": [{"from": self.names[i], "to": self.names[j], "bandwidth_bps": b * 8,
-                           "configured_bps": bps(self.configured[(i, j)]), "rtt_s": self.rtt[(i, j)]}
+                           "configured_bps": bps(self.configured[(i, j)]), "rtt_s": self.rtt[(i, j)],
+                           **({"both_ways_bps": self.duplex[(i, j)] * 8} if (i, j) in self.duplex else {})}
                           for (i, j), b in sorted(self.bandwidth.items())]}
 
     def render(self) -> str:
@@ -54,10 +56,11 @@ class Measured:
 
         lines = ["host          cpu speed (1.0 = this machine's launcher)"]
         lines += [f"{n:<13} {s:6.2f}x" for n, s in zip(self.names, self.cpu_speed)]
-        lines.append("link                       measured      configured    round trip")
+        lines.append("link                       measured      both ways at once  configured    round trip")
         for (i, j), b in sorted(self.bandwidth.items()):
             conf = self.configured[(i, j)]
-            lines.append(f"{self.names[i] + ' -> ' + self.names[j]:<26} {format_bandwidth(b):<13} "
+            both = format_bandwidth(self.duplex[(i, j)]) if (i, j) in self.duplex else "-"
+            lines.append(f"{self.names[i] + ' -> ' + self.names[j]:<26} {format_bandwidth(b):<13} {both:<18} "
                          f"{'unshaped' if conf is None else format_bandwidth(conf):<13} {self.rtt[(i, j)] * 1e6:.0f} us")
         return "\n".join(lines)
 
@@ -109,7 +112,7 @@ class Emulation:
             per_destination = {a: bw for a, bw in others.items() if bw is not None and bw != host.nic}
             system.shape_egress(ns, "eth0", host.nic, per_destination)    # what host i sends
             if host.nic is not None:
-                system.shape_tbf(self.switch, f"h{i}", host.nic)             # what host i receives
+                system.shape_ingress(self.switch, f"h{i}", host.nic)         # what host i receives
             self.built_cgroups.append(ns)
             system.add_cgroups(ns, host.cpu, self.cpusets[i])
 
@@ -213,6 +216,7 @@ class Emulation:
         speed = tuple(reference / statistics.median(cpu_seconds(i) for _ in range(3)) for i in range(n))
         bandwidth: dict[tuple[int, int], float] = {}
         rtt: dict[tuple[int, int], float] = {}
+        duplex: dict[tuple[int, int], float] = {}
         servers = [self.spawn(j, [*py, "serve", self.cluster.address(j), str(PROBE_PORT)], tf_config=False)
                    for j in range(n)]
         try:
@@ -223,23 +227,51 @@ class Emulation:
                     raise EmulationError(f"link probe server did not start: {line.strip() or p.poll()}")
             for i in range(n):
                 for j in range(n):
-                    if i == j:
-                        continue
-                    conf = self.cluster.bandwidth(i, j)
-                    nbytes = int(min(max((conf or 1e9) * seconds_per_link, 256 << 10), 256 << 20))
-                    done = subprocess.run(self.command(i, [*py, "send", self.cluster.address(j), str(PROBE_PORT),
-                                                           str(nbytes)]), capture_output=True, text=True, timeout=120)
-                    if done.returncode != 0:
-                        raise EmulationError(f"link probe {self.cluster.hosts[i].name} -> {self.cluster.hosts[j].name} "
-                                             f"failed: {done.stderr.strip().splitlines()[-1:]}")
-                    r = json.loads(done.stdout)
-                    rtt[(i, j)] = r["rtt_s"]
-                    bandwidth[(i, j)] = r["bytes"] / max(r["seconds"] - r["rtt_s"], 1e-9)
+                    if i != j:
+                        r = self._send(i, j, self._probe_bytes(i, j, seconds_per_link)).result()
+                        rtt[(i, j)] = r["rtt_s"]
+                        bandwidth[(i, j)] = r["bytes"] / max(r["seconds"] - r["rtt_s"], 1e-9)
+            for i in range(n):           # both ways at once: what a collective or a pipeline asks of a link
+                for j in range(i + 1, n):
+                    nbytes = self._probe_bytes(i, j, seconds_per_link)
+                    there, back = self._send(i, j, nbytes), self._send(j, i, nbytes)
+                    for key, probe in (((i, j), there), ((j, i), back)):
+                        r = probe.result()
+                        duplex[key] = r["bytes"] / max(r["seconds"] - r["rtt_s"], 1e-9)
         finally:
             for p in servers:
                 _kill_group(p)
         configured = {k: self.cluster.bandwidth(*k) for k in bandwidth}
-        return Measured(speed, bandwidth, rtt, tuple(h.name for h in self.cluster.hosts), configured)
+        return Measured(speed, bandwidth, rtt, tuple(h.name for h in self.cluster.hosts), configured, duplex)
+
+    def _probe_bytes(self, i: int, j: int, seconds: float) -> int:
+        conf = self.cluster.bandwidth(i, j)
+        return int(min(max((conf or 1e9) * seconds, 256 << 10), 256 << 20))
+
+    def _send(self, i: int, j: int, nbytes: int) -> _Probe:
+        """Start the link probe from host i to host j's probe server (`probe.py send`)."""
+        argv = [sys.executable, "-m", "tag_tf.emulate.probe", "send", self.cluster.address(j), str(PROBE_PORT), str(nbytes)]
+        what = f"link probe {self.cluster.hosts[i].name} -> {self.cluster.hosts[j].name}"
+        return _Probe(subprocess.Popen(self.command(i, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       start_new_session=True),
+                      what)
+
+
+class _Probe:
+    """A running `probe.py send`: its JSON result, or an EmulationError naming the link."""
+
+    def __init__(self, proc: subprocess.Popen, what: str):
+        self.proc, self.what = proc, what
+
+    def result(self, timeout_s: float = 120.0) -> dict:
+        try:
+            out, err = self.proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(self.proc)
+            raise EmulationError(f"{self.what} did not finish in {timeout_s:.0f} s") from None
+        if self.proc.returncode != 0:
+            raise EmulationError(f"{self.what} failed: {err.strip().splitlines()[-1:]}")
+        return json.loads(out)
 
 
 def _kill_group(p: subprocess.Popen) -> None:

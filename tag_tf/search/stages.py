@@ -51,20 +51,25 @@ CUT_STEPS = (0.8, 1.25)          # a stage's share of the work scaled by these w
 CUT_ROUNDS = 2
 
 
-def planned_op_weights(sim: Simulator, device_type: str) -> np.ndarray:
-    """Each planned op's simulated compute time on `device_type` at the whole batch (the
-    simulator's op costs, summed over the training ops it hosts)."""
-    costs, analysis = sim.costs, sim.analysis
-    t = costs.device_index(device_type)
-    seconds = costs.fixed[t] + costs.per_sample[t] * analysis.batch_size
-    index = {name: i for i, name in enumerate(analysis.planning.ops)}
-    host = analysis.planning.host
-    out = np.zeros(len(index))
-    for i, name in enumerate(costs.op_names):
-        planned = host.get(name)
-        if planned in index:
-            out[index[planned]] += seconds[i]
-    return out
+def planned_op_weights(sim: Simulator, device_type: str | int) -> np.ndarray:
+    """Each planned op's simulated compute time on `device_type` (a type name, or the index of a
+    type in the simulator's per-type arrays) at the whole batch: the simulator's calibrated op costs
+    (`Simulator.op_per_sample_s` and the fixed seconds per run), planning order."""
+    p = sim.prepared
+    n = p.num_ops
+    t = list(p.device_types).index(device_type) if isinstance(device_type, str) else int(device_type)
+    fixed = np.asarray(p.op_fixed, dtype=np.float64).reshape(-1, n)[t]
+    per_sample = np.asarray(p.op_per_sample, dtype=np.float64).reshape(-1, n)[t]
+    return fixed + per_sample * sim.batch_size
+
+
+def stage_capacities(sim: Simulator, topology: Topology) -> list[float]:
+    """Each device's speed as the simulator costs it (samples per second of the whole graph,
+    calibrated: `Simulator.device_rates`); the datasheet capacities where the simulator has none."""
+    rates = [float(r) for r in sim.device_rates()]
+    if len(rates) == topology.num_devices and all(r > 0 for r in rates):
+        return rates
+    return device_capacities(topology)
 
 
 def op_stages(analysis: Analysis, fractions: Sequence[float], weights: np.ndarray | None = None) -> np.ndarray:
@@ -220,8 +225,8 @@ def pipeline_search(cost: Evaluator, analysis: Analysis, topology: Topology, bes
     """The best of `best_plan` and the pipelined plans described in the module docstring (None:
     the best pipeline over the machines alone; None back when none runs). `stages` False: only
     `best_plan` in micro-batches."""
-    caps = device_capacities(topology)
-    weights = planned_op_weights(cost.sim, topology.devices[int(np.argmax(caps))].type)
+    caps = stage_capacities(cost.sim, topology)
+    weights = planned_op_weights(cost.sim, int(cost.sim.device_type_index[int(np.argmax(caps))]))
     candidates: list[tuple[Strategy, list[tuple[int, ...]] | None, list[float] | None]] = []
     if best_plan is not None and not best_plan.sfb and best_plan.microbatches == 1:
         candidates += [(dataclasses.replace(best_plan, microbatches=m), None, None) for m in MICROBATCHES]
@@ -281,4 +286,4 @@ def best_pipeline(sim: Simulator, topology: Topology, budget_s: float) -> Strate
     return plan
 
 
-__all__ = ["MICROBATCHES", "PIPELINE", "PIPELINE_MAX_S", "PIPELINE_SHARE", "best_pipeline", "op_stages", "pipeline_plan", "pipeline_search", "planned_op_weights", "stage_blocks"]
+__all__ = ["MICROBATCHES", "PIPELINE", "PIPELINE_MAX_S", "PIPELINE_SHARE", "best_pipeline", "op_stages", "pipeline_plan", "pipeline_search", "planned_op_weights", "stage_blocks", "stage_capacities"]
