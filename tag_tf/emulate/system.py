@@ -1,6 +1,7 @@
 """The Linux plumbing of an emulated cluster: network namespaces, veth pairs, a bridge, traffic
-shaping (tc htb: a class per link, small packets first) and cgroup v1 CPU quotas and cpusets; what a cluster needs checked first, and
-everything it made found again and removed (also what a SIGKILLed launcher left).
+shaping (tc htb: a class per link, small packets first) and cgroup v1 CPU quotas and cpusets;
+what a cluster needs checked first, and everything it made found again and removed (also what a
+SIGKILLed launcher left).
 
 Everything an emulation makes is named `tagtf-<tag>-...`, where <tag> starts with the launcher's
 pid: `stale()` finds what belongs to launchers that are gone.
@@ -101,10 +102,11 @@ def _shaped_link(ns: str, dev: str, k: int, rate: float, parent: str, what: str)
     (SMALL_PACKET) and the rest behind a byte-limited queue (QUEUE_S). Returns the leaves' classids
     (small, bulk).
 
-    The small packets' own leaf is what makes the link full duplex: a TCP flow's ACKs travel against
-    the traffic of the other direction, and behind one queue of it they wait as long as that queue is
-    (100 ms here), which slowed a 4 MB transfer each way between two hosts to 883 ms where one way
-    took 670 ms (gRPC and plain TCP alike); with small packets first both ways took 672 ms."""
+    The small packets' own leaf is what makes the link full duplex: a flow's ACKs and gRPC's
+    flow-control frames travel against the traffic of the other direction, and behind one queue of
+    it they wait as long as that queue is (100 ms here). TensorFlow moving 4 MB each way at once
+    between two hosts over 50 Mbit/s took 816-907 ms where one way took 670 ms (plain TCP flows:
+    670-1057 ms, varying); with small packets first both ways took 672 ms."""
     link, small, bulk = f"1:{0x100 + k:x}", f"1:{0x200 + k:x}", f"1:{0x300 + k:x}"
     burst = str(_burst(rate))
     run(["tc", "-n", ns, "class", "add", "dev", dev, "parent", parent, "classid", link, "htb",
