@@ -226,6 +226,15 @@ def test_compiled_sessions_run_as_written_where_the_profile_found_rewrites_slowe
     assert d.programs[0].as_written is True
     assert configs and all(c.graph_options.rewrite_options.disable_meta_optimizer for c in configs)
     np.testing.assert_allclose(losses, plain, rtol=1e-5)
+    # A strategy given as a file is not planned, and still runs as the profile says.
+    path = os.path.join(cache, "plan.json")
+    d.programs[0].plan.strategy.save(path)
+    configs.clear()
+    with dist(cache, strategy=path) as d:
+        losses = train_with_session(Model(), 2)
+    assert d.programs[0].as_written is True
+    assert configs and all(c.graph_options.rewrite_options.disable_meta_optimizer for c in configs)
+    np.testing.assert_allclose(losses, plain, rtol=1e-5)
 
 
 def test_plan_cache_hit_on_second_run(cache, monkeypatch):
