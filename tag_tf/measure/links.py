@@ -45,6 +45,7 @@ SAME_BANDWIDTH = 0.20      # pairs within 20% of each other count as one switch
 SPEED_MOVED = 0.25         # a task's relative speed this far from the cached one: measure the links again
 FABRIC_SIZE = 2 << 20      # bytes each pair moves per transfer when every pair moves at once
 FABRIC_SHARED = 0.8        # pairs at once below this share of their own bandwidths, summed: a blocking fabric
+FABRIC_TRIES = 3           # times every pair moves at once, until each pair's time is measurable
 
 
 class _Pair:
@@ -126,13 +127,16 @@ def measure_fabric(spec: ClusterSpec, pairs: Sequence[dict], repeats: int = 3) -
         except BaseException as e:      # re-raised below, in the caller's thread
             failed.append(e)
 
-    threads = [threading.Thread(target=one, args=(k, *p["tasks"]), daemon=True) for k, p in enumerate(pairs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if failed:
-        raise failed[0]
+    for _ in range(FABRIC_TRIES):       # a pair whose time noise swamped (none left after the base) is measured again
+        threads = [threading.Thread(target=one, args=(k, *p["tasks"]), daemon=True) for k, p in enumerate(pairs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if failed:
+            raise failed[0]
+        if all(math.isfinite(found[k]) for k in range(len(pairs))):
+            break
     concurrent = [found[k] for k in range(len(pairs))]
     total, alone = sum(concurrent), sum(float(p["bandwidth"]) for p in pairs)
     return {"fabric": total if math.isfinite(total) and total < FABRIC_SHARED * alone else None,

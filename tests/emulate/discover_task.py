@@ -4,7 +4,8 @@ to stop through a file (the hosts share this machine's file system)."""
 import json
 import os
 import sys
-import time
+
+from task_done import finish, wait
 
 from tag_tf.measure.links import discover
 from tag_tf.runtime import roles
@@ -20,9 +21,6 @@ if role.is_chief:
     print(json.dumps({"topology": topo.to_dict(), "speeds": report["speeds"],
                       "pairs": [{"tasks": p["tasks"], "bandwidth": p["bandwidth"]} for p in report["links"]["pairs"]],
                       "cached": report["cached"]}), flush=True)
-    with open(done_file, "w") as f:
-        f.write("done")
+    finish(done_file)
 else:
-    deadline = time.monotonic() + 300
-    while not os.path.exists(done_file) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait(done_file)

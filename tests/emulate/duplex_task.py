@@ -2,11 +2,11 @@
 to task 1, from task 1 to task 0, and both at once (TensorFlow's own transfers, over gRPC), and prints
 one JSON line of median milliseconds; then tells the other task to stop through a file."""
 import json
-import os
 import sys
 import time
 
 import numpy as np
+from task_done import finish, wait
 
 from tag_tf.runtime import roles
 
@@ -39,9 +39,6 @@ if role.is_chief:
                 times.append(time.perf_counter() - start)
             found[label] = float(np.median(times[1:])) * 1e3
     print(json.dumps(found), flush=True)
-    with open(done_file, "w") as f:
-        f.write("done")
+    finish(done_file)
 else:
-    deadline = time.monotonic() + 300
-    while not os.path.exists(done_file) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait(done_file)
