@@ -97,6 +97,11 @@ SMALL_SHARE = 0.05                # of a shaped link's rate, assured to its smal
 QUEUE_S = 0.1                     # a shaped link queues at most this many seconds of its rate (3 buckets at least)
 
 
+def _link_classes(k: int) -> tuple[str, str, str]:
+    """The htb classids of shaped link k on a device: the link, its small packets', its bulk's."""
+    return f"1:{0x100 + k:x}", f"1:{0x200 + k:x}", f"1:{0x300 + k:x}"
+
+
 def _shaped_link(ns: str, dev: str, k: int, rate: float, parent: str, what: str) -> tuple[str, str]:
     """One shaped link under htb `parent`: an htb class at `rate` with two leaves, small packets first
     (SMALL_PACKET) and the rest behind a byte-limited queue (QUEUE_S). Returns the leaves' classids
@@ -107,7 +112,7 @@ def _shaped_link(ns: str, dev: str, k: int, rate: float, parent: str, what: str)
     it they wait as long as that queue is (100 ms here). TensorFlow moving 4 MB each way at once
     between two hosts over 50 Mbit/s took 816-907 ms where one way took 670 ms (plain TCP flows:
     670-1057 ms, varying); with small packets first both ways took 672 ms."""
-    link, small, bulk = f"1:{0x100 + k:x}", f"1:{0x200 + k:x}", f"1:{0x300 + k:x}"
+    link, small, bulk = _link_classes(k)
     burst = str(_burst(rate))
     run(["tc", "-n", ns, "class", "add", "dev", dev, "parent", parent, "classid", link, "htb",
          "rate", _rate(rate), "ceil", _rate(rate), "burst", burst], what)
@@ -132,7 +137,8 @@ def shape_egress(ns: str, dev: str, default: float | None, per_destination: dict
         return
     what = f"namespace {ns}: shaping {dev}"
     tc = ["tc", "-n", ns]
-    run(tc + ["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", f"{0x300:x}"], what)
+    default_bulk = _link_classes(0)[2]           # what no filter matches: link 0's bulk leaf
+    run(tc + ["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", default_bulk.split(":")[1]], what)
     small, _ = _shaped_link(ns, dev, 0, default if default is not None else 100e9 / 8, "1:", what)
     for k, (address, rate) in enumerate(sorted(per_destination.items()), start=1):
         small_k, bulk_k = _shaped_link(ns, dev, k, rate, "1:", what)
