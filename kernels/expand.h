@@ -116,6 +116,7 @@ struct Prepared {
   int32_t num_links = 0;
   Piecewise p2p_intra, p2p_inter;                        // fitted transfer models (optional)
   double host_message_s = 0;                             // CPU part of a gRPC transfer's latency
+  std::vector<double> host_message;                      // per host: CPU a message takes from it (or empty)
   double fabric_bw = 1e30;                               // what the network carries at once, bytes/s
   bool hierarchical = false;                             // GPU all-reduces may run in two levels
   bool feed_local = false;                               // sources read on every replica (their own part)
@@ -690,6 +691,9 @@ class Expander {
   // The task of op's instance at position j of its layout (j's device must be simulated).
   int32_t instance(int32_t op, int32_t j) const { return inst_[op] + layouts_[op_layout_[op]].slot[j]; }
   int32_t host_resource(int32_t host) const { return 2 * p_.num_devices + p_.num_links + host; }
+  double host_message(int32_t host) const {
+    return host >= 0 && static_cast<size_t>(host) < p_.host_message.size() ? p_.host_message[host] : 0.0;
+  }
 
   int32_t transfer(int32_t task, int32_t to, int64_t bytes, bool memo = true) {
     const int32_t from = task_device_[task];
@@ -722,12 +726,22 @@ class Expander {
     if (ha >= 0 && hb >= 0 && p_.dev_machine[from] != p_.dev_machine[to]) {
       const double latency = std::min(p2p_time(from, to, 0.0), total);
       const double cpu = std::min(p_.host_message_s, latency);
+      // Each side's own part, measured per machine while it computes (Machine.message_s): the sender
+      // answers the request, the receiver takes the reply; the same CPU on a quarter of a core is
+      // several times a full core's. What the latency (measured idle) already holds is not waited again.
+      const double sent = host_message(ha), got = ha != hb ? host_message(hb) : 0.0;
       const int32_t op = meta_ ? meta_->op[task] : -1;
-      const int32_t wait = add_task(kTransfer, latency - cpu, to, op, 0, {}, task);
+      const int32_t wait = add_task(kTransfer, std::max(latency - cpu - sent - got, 0.0), to, op, 0, {}, task);
       handled = hb != ha ? add_task(kTransfer, cpu, to, op, 0, {host_resource(ha), host_resource(hb)}, task)
                          : add_task(kTransfer, cpu, to, op, 0, {host_resource(ha)}, task);
       edge(task, wait, false);
       edge(wait, handled, false);
+      for (const auto& [host, seconds] : {std::pair{ha, sent}, std::pair{hb, got}}) {
+        if (seconds <= 0) continue;
+        const int32_t part = add_task(kTransfer, seconds, to, op, 0, {host_resource(host)}, task);
+        edge(handled, part, false);
+        handled = part;
+      }
       duration = total - latency;
     }
     const int32_t lo = p_.link_res_ptr[pair], hi = p_.link_res_ptr[pair + 1];

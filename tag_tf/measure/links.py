@@ -5,8 +5,10 @@ The chief reads every task's description (`runtime.discovery.gather`), types the
 measures each task's compute speed on that task (a chain of matrix products placed on its CPU: it
 runs in the task's own process, under its own CPU quota and threads), and measures the network with
 the communication profiler: a few gRPC transfers between every pair of tasks, fitted to latency +
-bytes / bandwidth. Tasks of unequal speed get machine speeds (the fastest is 1.0); links of unequal
-bandwidth become a bandwidth matrix (else one switch, the slowest pair). The measurement is cached
+bytes / bandwidth, and what one such transfer's handling costs each task's CPU while it computes
+(`measure_messages`: the simulator charges it to both ends of every transfer between tasks). Tasks
+of unequal speed get machine speeds (the fastest is 1.0); links of unequal bandwidth become a
+bandwidth matrix (else one switch, the slowest pair). The measurement is cached
 per cluster (its addresses and descriptions: a changed CPU quota or cpuset is another cluster) under
 the cache directory; speeds are measured again every time, and links too when a speed moved.
 
@@ -46,6 +48,8 @@ SPEED_MOVED = 0.25         # a task's relative speed this far from the cached on
 FABRIC_SIZE = 2 << 20      # bytes each pair moves per transfer when every pair moves at once
 FABRIC_SHARED = 0.8        # pairs at once below this share of their own bandwidths, summed: a blocking fabric
 FABRIC_TRIES = 3           # times every pair moves at once, until each pair's time is measurable
+MESSAGE_CHAIN = 40         # 256x256 products on the task while its messages are handled (~13 ms on a full core)
+MESSAGES = 16              # small transfers each way per timed step of the message probe
 
 
 class _Pair:
@@ -102,6 +106,51 @@ def measure_links(spec: ClusterSpec, repeats: int = 3) -> dict:
             "latency": max(float(p["latency"]) for p in pairs),
             "drive_s": max(float(p["drive_s"]) for p in pairs if p["drive_s"] is not None),
             **measure_fabric(spec, pairs, repeats)}
+
+
+def measure_messages(spec: ClusterSpec, flops: Sequence[float] | None = None, repeats: int = 11) -> list[float]:
+    """Per task, the CPU seconds one cross-process message (a small gRPC transfer) takes from it while
+    it computes: a chain of MESSAGE_CHAIN matrix products on the task, timed alone and beside MESSAGES
+    small transfers from the fastest other task and MESSAGES to it (`flops`: discovery's speeds;
+    else task 0, or 1 for task 0). The transfers need no compute, so what they add to the chain is
+    the CPU that handling them took from the task's quota. Measured on an emulated cluster: 60 us on
+    a full core, 250 us on half a core, 330-400 us on a quarter (the transfers alone take under 100 us)."""
+    import tensorflow as tf
+
+    from tag_tf.measure.comm import _run_tf, time_pair
+
+    n = len(spec.tasks)
+    out = [0.0] * n
+    if n < 2:
+        return out
+    job = spec.job
+    for task in range(n):
+        others = [k for k in range(n) if k != task]
+        partner = max(others, key=lambda k: flops[k]) if flops is not None else others[0]
+        here, there = (f"/job:{job}/replica:0/task:{k}/device:CPU:0" for k in (task, partner))
+        config = spec.session_config(device_filters=sorted({f"/job:{job}/task:{k}" for k in (0, task, partner)}))
+        config.graph_options.rewrite_options.disable_meta_optimizer = True     # keep every transfer
+        g = tf.Graph()
+        with g.as_default():
+            with tf.device(here):
+                m = tf.Variable(tf.random.uniform([256, 256], -1.0, 1.0) / 256.0, name="message_probe")
+                x = m.read_value()
+                for _ in range(MESSAGE_CHAIN):
+                    x = tf.matmul(x, m)
+                chain = tf.reduce_sum(x[:1, :1]).op
+            moved = []
+            for src, dst, tag in ((there, here, "in"), (here, there, "out")):
+                with tf.device(src):
+                    values = [tf.Variable(tf.zeros([1]), name=f"message_{tag}{i}").read_value() for i in range(MESSAGES)]
+                with tf.device(dst):
+                    moved += [tf.identity(v).op for v in values]
+            init = tf.compat.v1.global_variables_initializer()
+        with tf.compat.v1.Session(spec.target, graph=g, config=config) as sess:
+            _run_tf(lambda: sess.run(init), f"message cost of task {task}: init")
+            both, alone = _run_tf(lambda: time_pair(lambda: sess.run([chain, *moved]), lambda: sess.run(chain),
+                                                    repeats, warmup=2), f"message cost of task {task}")
+        out[task] = max(both - alone, 0.0) / (2 * MESSAGES)
+    return out
 
 
 def measure_fabric(spec: ClusterSpec, pairs: Sequence[dict], repeats: int = 3) -> dict:
@@ -317,7 +366,7 @@ def discover(spec: ClusterSpec, cache_dir: str | None = None, measure: bool = Tr
                 with open(path) as f:
                     links = json.load(f)
                 # measured before the driving cost, the pairs or the speeds were, or a speed moved: again
-                report["cached"] = all(k in links for k in ("drive_s", "speeds", "fabric")) and \
+                report["cached"] = all(k in links for k in ("drive_s", "speeds", "fabric", "messages")) and \
                     len(links["pairs"]) == len(machines) * (len(machines) - 1) // 2 and \
                     (speeds is None or all(abs(f / c - 1.0) <= SPEED_MOVED for f, c in zip(speeds, links["speeds"])))
                 links = links if report["cached"] else None
@@ -326,10 +375,14 @@ def discover(spec: ClusterSpec, cache_dir: str | None = None, measure: bool = Tr
         if links is None and measure:
             links = measure_links(spec)
             links["speeds"] = speeds
+            links["messages"] = measure_messages(spec, flops)
             if path:
                 write_atomic(path, json.dumps(links, indent=1))
         report["links"] = links
         if links is not None:
+            for m, seconds in zip(machines, links["messages"]):
+                if isinstance(m["gpus"], str) and m["gpus"].endswith("cpu") and seconds > 0:
+                    m["message"] = f"{seconds * 1e6:.4g}us"     # the executor model is CPU devices'
             matrix = link_matrix(links, len(machines))
             latency = f"{max(links['latency'], 1e-7) * 1e6:.6g}us"
             if matrix is not None:

@@ -81,6 +81,10 @@ class Machine:
     # Compute speed of its devices against their type's numbers (discovery measures it for CPU
     # tasks: a task on a quarter of a core is 0.25 of the fastest): op times are divided by it.
     speed: float = 1.0
+    # CPU seconds one cross-process message (a gRPC transfer, sent or received) takes from this
+    # machine's executor while it computes (discovery measures it on CPU tasks: on a quarter of a
+    # core it is several times a full core's); 0: not charged.
+    message_s: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", tuple(self.gpus))
@@ -104,6 +108,9 @@ class Machine:
             _check_bw(self.nic_bandwidth, f"{where}: nic")
         if isinstance(self.speed, bool) or not isinstance(self.speed, (int, float)) or not 0 < self.speed < 1e6:
             raise TopologyError(f"{where}: speed: must be a positive number, got {self.speed!r}")
+        if isinstance(self.message_s, bool) or not isinstance(self.message_s, (int, float)) \
+                or not 0 <= self.message_s < 1.0:
+            raise TopologyError(f"{where}: message: must be a number of seconds in [0, 1), got {self.message_s!r}")
         if self.intra_latency is not None:
             _check_latency(self.intra_latency, f"{where}: intra.latency")
 
@@ -370,6 +377,8 @@ class Topology:
                 md["nic"] = m.nic_bandwidth
             if m.speed != 1.0:
                 md["speed"] = m.speed
+            if m.message_s:                         # only when given: other files' fingerprints stay
+                md["message"] = m.message_s
             machines.append(md)
         inter: dict = {"latency": self.inter_latency}
         if isinstance(self.inter_bandwidth, tuple):
@@ -414,6 +423,7 @@ class Topology:
                               for t in dict.fromkeys(g.type for g in m.gpus))
             nic = f", nic {format_bandwidth(m.nic_bandwidth)}" if m.nic_bandwidth else ""
             nic += f", speed {m.speed:.3g}x" if m.speed != 1.0 else ""
+            nic += f", {format_time(m.message_s)} CPU per message" if m.message_s else ""
             lines.append(f"  machine {mi} {m.name!r}: {kinds}; devices {_span(ids)}; "
                          f"{m.intra_link} {format_bandwidth(m.intra_bandwidth)}, "
                          f"latency {format_time(m.latency)}{nic}")
