@@ -117,6 +117,7 @@ struct Prepared {
   Piecewise p2p_intra, p2p_inter;                        // fitted transfer models (optional)
   double host_message_s = 0;                             // CPU part of a gRPC transfer's latency
   std::vector<double> host_message;                      // per host: CPU a message takes from it (or empty)
+  std::vector<double> host_copy;                         // per host: CPU seconds per byte of an all-reduce (or empty)
   double fabric_bw = 1e30;                               // what the network carries at once, bytes/s
   bool hierarchical = false;                             // GPU all-reduces may run in two levels
   bool feed_local = false;                               // sources read on every replica (their own part)
@@ -630,7 +631,12 @@ class Expander {
       hops += p_.dev_machine[ring[k]] != p_.dev_machine[ring[(k + 1) % n]];
     }
     if (hops > 0) bw = std::min(bw, p_.fabric_bw / hops);   // a blocking network shares what it carries
-    const double flat = 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
+    // Between CPU processes every member's CPU also copies, serialises and sums its 2(n-1)/n of the
+    // data (Machine.copy_bandwidth), after the link: the slowest member sets it.
+    double copy = 0;
+    if (hops > 0)
+      for (int32_t d : ring) copy = std::max(copy, host_copy(p_.dev_host[d]));
+    const double flat = 2.0 * (n - 1) / n * bytes * (1.0 / bw + copy) + 2.0 * (n - 1) * lat;
     if (!p_.hierarchical || hops < 2 || hops == static_cast<int32_t>(n)) return flat;
     return std::min(flat, two_level_time(ring, bytes));
   }
@@ -691,6 +697,9 @@ class Expander {
   // The task of op's instance at position j of its layout (j's device must be simulated).
   int32_t instance(int32_t op, int32_t j) const { return inst_[op] + layouts_[op_layout_[op]].slot[j]; }
   int32_t host_resource(int32_t host) const { return 2 * p_.num_devices + p_.num_links + host; }
+  double host_copy(int32_t host) const {
+    return host >= 0 && static_cast<size_t>(host) < p_.host_copy.size() ? p_.host_copy[host] : 0.0;
+  }
   double host_message(int32_t host) const {
     return host >= 0 && static_cast<size_t>(host) < p_.host_message.size() ? p_.host_message[host] : 0.0;
   }

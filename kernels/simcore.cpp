@@ -160,6 +160,7 @@ class Simulator {
     p_.p2p_inter = piecewise(d, "p2p_inter");
     if (d.contains("host_message_s")) p_.host_message_s = py::cast<double>(d["host_message_s"]);
     if (d.contains("host_message")) p_.host_message = vec<double>(d, "host_message");
+    if (d.contains("host_copy")) p_.host_copy = vec<double>(d, "host_copy");
     if (d.contains("fabric_bw")) p_.fabric_bw = py::cast<double>(d["fabric_bw"]);
     if (d.contains("hierarchical")) p_.hierarchical = py::cast<bool>(d["hierarchical"]);
     if (d.contains("feed_local")) p_.feed_local = py::cast<bool>(d["feed_local"]);
@@ -277,6 +278,8 @@ class Simulator {
     need(p_.host_message.empty() || p_.host_message.size() == static_cast<size_t>(p_.num_hosts),
          "host_message: one per host");
     for (double m : p_.host_message) need(std::isfinite(m) && m >= 0, "host_message must be finite and >= 0");
+    need(p_.host_copy.empty() || p_.host_copy.size() == static_cast<size_t>(p_.num_hosts), "host_copy: one per host");
+    for (double c : p_.host_copy) need(std::isfinite(c) && c >= 0, "host_copy must be finite and >= 0");
     need(p_.link_res_ptr.size() == D * D + 1 && p_.link_bw.size() == D * D && p_.link_lat.size() == D * D, "link arrays");
     for (int32_t g : p_.op_group) need(g >= 0 && g < p_.num_groups, "op_group out of range");
     for (size_t e = 0; e < E; ++e)

@@ -6,7 +6,8 @@ measures each task's compute speed on that task (a chain of matrix products plac
 runs in the task's own process, under its own CPU quota and threads), and measures the network with
 the communication profiler: a few gRPC transfers between every pair of tasks, fitted to latency +
 bytes / bandwidth, and what one such transfer's handling costs each task's CPU while it computes
-(`measure_messages`: the simulator charges it to both ends of every transfer between tasks). Tasks
+(`measure_messages`: the simulator charges it to both ends of every transfer between tasks), and
+the CPU time per byte an all-reduce between tasks takes beyond its link (`measure_copy`). Tasks
 of unequal speed get machine speeds (the fastest is 1.0); links of unequal bandwidth become a
 bandwidth matrix (else one switch, the slowest pair). The measurement is cached
 per cluster (its addresses and descriptions: a changed CPU quota or cpuset is another cluster) under
@@ -48,6 +49,8 @@ SPEED_MOVED = 0.25         # a task's relative speed this far from the cached on
 FABRIC_SIZE = 2 << 20      # bytes each pair moves per transfer when every pair moves at once
 FABRIC_SHARED = 0.8        # pairs at once below this share of their own bandwidths, summed: a blocking fabric
 FABRIC_TRIES = 3           # times every pair moves at once, until each pair's time is measurable
+COPY_SIZES = (1 << 20, 8 << 20)   # bytes of the two all-reduces whose difference times a collective's CPU per byte
+COPY_KEY = 1 << 28         # collective group and instance keys of the copy probe: far from the compiler's
 MESSAGE_CHAIN = 40         # 256x256 products on the task while its messages are handled (~13 ms on a full core)
 MESSAGES = 16              # small transfers each way per timed step of the message probe
 
@@ -115,42 +118,95 @@ def measure_messages(spec: ClusterSpec, flops: Sequence[float] | None = None, re
     else task 0, or 1 for task 0). The transfers need no compute, so what they add to the chain is
     the CPU that handling them took from the task's quota. Measured on an emulated cluster: 60 us on
     a full core, 250 us on half a core, 330-400 us on a quarter (the transfers alone take under 100 us)."""
-    import tensorflow as tf
-
-    from tag_tf.measure.comm import _run_tf, time_pair
-
     n = len(spec.tasks)
     out = [0.0] * n
     if n < 2:
         return out
-    job = spec.job
     for task in range(n):
         others = [k for k in range(n) if k != task]
         partner = max(others, key=lambda k: flops[k]) if flops is not None else others[0]
-        here, there = (f"/job:{job}/replica:0/task:{k}/device:CPU:0" for k in (task, partner))
-        config = spec.session_config(device_filters=sorted({f"/job:{job}/task:{k}" for k in (0, task, partner)}))
-        config.graph_options.rewrite_options.disable_meta_optimizer = True     # keep every transfer
-        g = tf.Graph()
-        with g.as_default():
-            with tf.device(here):
-                m = tf.Variable(tf.random.uniform([256, 256], -1.0, 1.0) / 256.0, name="message_probe")
-                x = m.read_value()
-                for _ in range(MESSAGE_CHAIN):
-                    x = tf.matmul(x, m)
-                chain = tf.reduce_sum(x[:1, :1]).op
-            moved = []
-            for src, dst, tag in ((there, here, "in"), (here, there, "out")):
-                with tf.device(src):
-                    values = [tf.Variable(tf.zeros([1]), name=f"message_{tag}{i}").read_value() for i in range(MESSAGES)]
-                with tf.device(dst):
-                    moved += [tf.identity(v).op for v in values]
-            init = tf.compat.v1.global_variables_initializer()
-        with tf.compat.v1.Session(spec.target, graph=g, config=config) as sess:
-            _run_tf(lambda: sess.run(init), f"message cost of task {task}: init")
-            both, alone = _run_tf(lambda: time_pair(lambda: sess.run([chain, *moved]), lambda: sess.run(chain),
-                                                    repeats, warmup=2), f"message cost of task {task}")
-        out[task] = max(both - alone, 0.0) / (2 * MESSAGES)
+        out[task] = _message_cost(spec, task, partner, repeats)
     return out
+
+
+def _message_cost(spec: ClusterSpec, task: int, partner: int, repeats: int) -> float:
+    import tensorflow as tf
+
+    from tag_tf.measure.comm import _run_tf, time_pair
+
+    job = spec.job
+    here, there = (f"/job:{job}/replica:0/task:{k}/device:CPU:0" for k in (task, partner))
+    config = spec.session_config(device_filters=sorted({f"/job:{job}/task:{k}" for k in (0, task, partner)}))
+    config.graph_options.rewrite_options.disable_meta_optimizer = True     # keep every transfer
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(here):
+            m = tf.Variable(tf.random.uniform([256, 256], -1.0, 1.0) / 256.0, name="message_probe")
+            x = m.read_value()
+            for _ in range(MESSAGE_CHAIN):
+                x = tf.matmul(x, m)
+            chain = tf.reduce_sum(x[:1, :1]).op
+        moved = []
+        for src, dst, tag in ((there, here, "in"), (here, there, "out")):
+            with tf.device(src):
+                values = [tf.Variable(tf.zeros([1]), name=f"message_{tag}{i}").read_value() for i in range(MESSAGES)]
+            with tf.device(dst):
+                moved += [tf.identity(v).op for v in values]
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(spec.target, graph=g, config=config) as sess:
+        _run_tf(lambda: sess.run(init), f"message cost of task {task}: init")
+        both, alone = _run_tf(lambda: time_pair(lambda: sess.run([chain, *moved]), lambda: sess.run(chain),
+                                                repeats, warmup=2), f"message cost of task {task}")
+    return max(both - alone, 0.0) / (2 * MESSAGES)
+
+
+def measure_copy(spec: ClusterSpec, pairs: Sequence[dict], speeds: Sequence[float] | None, repeats: int = 3) -> float:
+    """Seconds per byte a CPU task at speed 1.0 (the fastest) spends on a cross-process all-reduce's
+    data beyond what its link takes (gRPC copies and serialisation, the sums): two tasks (the pair
+    with the fastest link, of the fastest tasks on a tie) all-reduce COPY_SIZES with TensorFlow's
+    CollectiveReduceV2; the slope between the sizes less the link's own seconds per byte is what the
+    slower task's CPU took, at its speed. Measured on two emulated hosts over 1 Gbit/s: a 51 MB
+    all-reduce took 580 ms on full cores and 710 ms on half cores, where the link alone moves it in
+    about 440 ms; 2.5 ms per MB at speed 1.0. 0 where noise leaves nothing above the link."""
+    if len(spec.tasks) < 2 or not pairs:
+        return 0.0
+    speed = (lambda t: 1.0) if speeds is None else (lambda t: float(speeds[t]))
+    best = max(pairs, key=lambda p: (float(p["bandwidth"]), min(speed(t) for t in p["tasks"])))
+    a, b = best["tasks"]
+    seconds = [_all_reduce_time(spec, a, b, nbytes, COPY_KEY + k, repeats) for k, nbytes in enumerate(COPY_SIZES)]
+    per_byte = (seconds[1] - seconds[0]) / (COPY_SIZES[1] - COPY_SIZES[0]) - 1.0 / float(best["bandwidth"])
+    return max(per_byte, 0.0) * min(speed(a), speed(b))
+
+
+def _all_reduce_time(spec: ClusterSpec, a: int, b: int, nbytes: int, instance: int, repeats: int) -> float:
+    """Seconds of one CollectiveReduceV2 of `nbytes` between tasks a and b (less reading its inputs)."""
+    import tensorflow as tf
+
+    from tag_tf.measure.comm import _run_tf, time_pair
+
+    job = spec.job
+    config = spec.session_config(device_filters=sorted({f"/job:{job}/task:{k}" for k in (0, a, b)}))
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    g = tf.Graph()
+    with g.as_default():
+        xs, heads, ends = [], [], []
+        for i, t in enumerate((a, b)):
+            with tf.device(f"/job:{job}/replica:0/task:{t}/device:CPU:0"):
+                xs.append(tf.Variable(tf.random.uniform([nbytes // 4], seed=i), name=f"copy_probe{i}").read_value())
+                heads.append(tf.identity(xs[-1][:1]).op)
+        for i, t in enumerate((a, b)):
+            with tf.device(f"/job:{job}/replica:0/task:{t}/device:CPU:0"):
+                y = tf.raw_ops.CollectiveReduceV2(input=xs[i], group_size=tf.constant(2),
+                                                  group_key=tf.constant(COPY_KEY + a * len(spec.tasks) + b),
+                                                  instance_key=tf.constant(instance), ordering_token=[],
+                                                  merge_op="Add", final_op="Id")
+                ends.append(tf.identity(y[:1]).op)
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(spec.target, graph=g, config=config) as sess:
+        _run_tf(lambda: sess.run(init), "collective copy cost: init")
+        step, base = _run_tf(lambda: time_pair(lambda: sess.run(ends), lambda: sess.run(heads), repeats, warmup=1),
+                             "collective copy cost")
+    return max(step - base, 0.0)
 
 
 def measure_fabric(spec: ClusterSpec, pairs: Sequence[dict], repeats: int = 3) -> dict:
@@ -366,7 +422,7 @@ def discover(spec: ClusterSpec, cache_dir: str | None = None, measure: bool = Tr
                 with open(path) as f:
                     links = json.load(f)
                 # measured before the driving cost, the pairs or the speeds were, or a speed moved: again
-                report["cached"] = all(k in links for k in ("drive_s", "speeds", "fabric", "messages")) and \
+                report["cached"] = all(k in links for k in ("drive_s", "speeds", "fabric", "messages", "copy")) and \
                     len(links["pairs"]) == len(machines) * (len(machines) - 1) // 2 and \
                     (speeds is None or all(abs(f / c - 1.0) <= SPEED_MOVED for f, c in zip(speeds, links["speeds"])))
                 links = links if report["cached"] else None
@@ -376,13 +432,18 @@ def discover(spec: ClusterSpec, cache_dir: str | None = None, measure: bool = Tr
             links = measure_links(spec)
             links["speeds"] = speeds
             links["messages"] = measure_messages(spec, flops)
+            links["copy"] = measure_copy(spec, links["pairs"], speeds)
             if path:
                 write_atomic(path, json.dumps(links, indent=1))
         report["links"] = links
         if links is not None:
-            for m, seconds in zip(machines, links["messages"]):
-                if isinstance(m["gpus"], str) and m["gpus"].endswith("cpu") and seconds > 0:
-                    m["message"] = f"{seconds * 1e6:.4g}us"     # the executor model is CPU devices'
+            for i, (m, seconds) in enumerate(zip(machines, links["messages"])):
+                if not (isinstance(m["gpus"], str) and m["gpus"].endswith("cpu")):
+                    continue                                    # the executor model is CPU devices'
+                if seconds > 0:
+                    m["message"] = f"{seconds * 1e6:.4g}us"
+                if links["copy"] > 0:                           # at this task's speed
+                    m["copy"] = f"{(1.0 if speeds is None else speeds[i]) / links['copy'] / 1e6:.4g}MB/s"
             matrix = link_matrix(links, len(machines))
             latency = f"{max(links['latency'], 1e-7) * 1e6:.6g}us"
             if matrix is not None:

@@ -21,6 +21,7 @@ File format (YAML shown; JSON is the same structure)::
         nic: 25Gbps                  # optional: this machine's switch port (switch only)
         speed: 0.5                   # optional: compute speed against its type's numbers (default 1)
         message: 250us               # optional: CPU time a cross-process message takes from it (default 0)
+        copy: 400MB/s                # optional: what its CPU moves of an all-reduce beyond the link (default: free)
     inter:
       switch: 100Gbps                # every machine's port bandwidth (unless its nic says otherwise)
       latency: 25us                  # optional, default 25 us
@@ -85,7 +86,7 @@ from tag_tf.topology.units import (
 DEFAULT_LINK_BANDWIDTH = {"nvlink": 50e9, "pcie": 15.75e9, "local": 100e9}   # bytes/s
 
 _TOP_KEYS = ("name", "description", "units", "machines", "inter", "gpu_types", "input")
-_MACHINE_KEYS = ("name", "gpus", "intra", "nic", "replicas", "speed", "message")
+_MACHINE_KEYS = ("name", "gpus", "intra", "nic", "replicas", "speed", "message", "copy")
 _GPU_KEYS = ("type", "count", "memory")
 _INTRA_KEYS = ("link", "bandwidth", "latency")
 _INTER_KEYS = ("switch", "matrix", "latency", "fabric", "collectives")
@@ -283,7 +284,8 @@ class _Reader:
         if message >= 1.0:
             self.fail(f"{field}.message", f"expected less than a second per message, got {message!r} s")
         names = [name] if "replicas" not in m else [f"{name}-{k}" for k in range(replicas)]
-        return [Machine(n, gpus, bw, link, nic, latency, float(speed), message) for n in names]
+        copy = self.bandwidth(m["copy"], f"{field}.copy") if m.get("copy") is not None else None
+        return [Machine(n, gpus, bw, link, nic, latency, float(speed), message, copy) for n in names]
 
     def gpus(self, value: object, field: str) -> tuple[GpuSpec, ...]:
         items = value if isinstance(value, list) else [value]

@@ -85,6 +85,10 @@ class Machine:
     # machine's executor while it computes (discovery measures it on CPU tasks: on a quarter of a
     # core it is several times a full core's); 0: not charged.
     message_s: float = 0.0
+    # Bytes per second this machine's CPU moves of an all-reduce between machines beyond what its
+    # link takes (gRPC copies, serialisation, the sums; discovery measures it on CPU tasks); None:
+    # not charged.
+    copy_bandwidth: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", tuple(self.gpus))
@@ -111,6 +115,8 @@ class Machine:
         if isinstance(self.message_s, bool) or not isinstance(self.message_s, (int, float)) \
                 or not 0 <= self.message_s < 1.0:
             raise TopologyError(f"{where}: message: must be a number of seconds in [0, 1), got {self.message_s!r}")
+        if self.copy_bandwidth is not None:
+            _check_bw(self.copy_bandwidth, f"{where}: copy")
         if self.intra_latency is not None:
             _check_latency(self.intra_latency, f"{where}: intra.latency")
 
@@ -379,6 +385,8 @@ class Topology:
                 md["speed"] = m.speed
             if m.message_s:                         # only when given: other files' fingerprints stay
                 md["message"] = m.message_s
+            if m.copy_bandwidth is not None:        # likewise
+                md["copy"] = m.copy_bandwidth
             machines.append(md)
         inter: dict = {"latency": self.inter_latency}
         if isinstance(self.inter_bandwidth, tuple):
@@ -424,6 +432,7 @@ class Topology:
             nic = f", nic {format_bandwidth(m.nic_bandwidth)}" if m.nic_bandwidth else ""
             nic += f", speed {m.speed:.3g}x" if m.speed != 1.0 else ""
             nic += f", {format_time(m.message_s)} CPU per message" if m.message_s else ""
+            nic += f", collectives' CPU {format_bandwidth(m.copy_bandwidth)}" if m.copy_bandwidth else ""
             lines.append(f"  machine {mi} {m.name!r}: {kinds}; devices {_span(ids)}; "
                          f"{m.intra_link} {format_bandwidth(m.intra_bandwidth)}, "
                          f"latency {format_time(m.latency)}{nic}")

@@ -18,7 +18,7 @@ if role.is_chief:
     roles.wait_for_tasks(role)
     check_trusted(role.spec, False)
     topo, report = discover(role.spec, cache_dir=os.environ.get("TAG_TF_CACHE_DIR"))
-    print(json.dumps({"topology": topo.to_dict(), "speeds": report["speeds"],
+    print(json.dumps({"topology": topo.to_dict(), "speeds": report["speeds"], "copy": report["links"]["copy"],
                       "pairs": [{"tasks": p["tasks"], "bandwidth": p["bandwidth"]} for p in report["links"]["pairs"]],
                       "cached": report["cached"]}), flush=True)
     finish(done_file)

@@ -179,6 +179,9 @@ def test_discovery_finds_the_slow_host_and_the_slow_link(tmp_path):
     # what a message costs each host's CPU while it computes: several times more on the quarter core
     messages = [m.get("message", 0.0) for m in machines]
     assert messages[1] > 2 * messages[0] > 0, messages
+    # and what an all-reduce's bytes cost its CPU beyond the link: a few hundred MB/s on a full core
+    copies = [m.get("copy") for m in machines]
+    assert all(copies) and 50e6 < copies[0] < 5e9 and copies[1] < copies[0], copies
     matrix = found["topology"]["inter"]["matrix"]
     assert matrix[0][1] > 5 * max(matrix[0][2], matrix[1][2]), matrix             # the far host's link
     assert 40e6 / 8 < matrix[0][2] < 55e6 / 8 and 40e6 / 8 < matrix[1][2] < 55e6 / 8, matrix

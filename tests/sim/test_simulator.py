@@ -251,6 +251,37 @@ def test_each_machine_pays_its_own_measured_message_cost():
         topology([{"name": "m", "gpus": "cpu", "message": "-1us"}])
 
 
+def test_an_all_reduce_between_cpu_processes_pays_its_slowest_members_copies():
+    """Between CPU processes an all-reduce's bytes also cost every member's CPU (gRPC copies,
+    serialisation, the sums: Machine.copy_bandwidth, measured by discovery; a 51 MB all-reduce of two
+    emulated hosts took 580 ms on full cores, 710 ms on half cores, where the link alone takes about
+    440 ms). The slowest member's rate adds to the ring's link time."""
+    from tag_tf.sim.simulator import TASK_KINDS
+
+    _, a = analysis_of("mlp")
+    plain = topology([{"name": "a", "gpus": "cpu"}, {"name": "b", "gpus": "cpu"}])
+    topo = topology([{"name": "a", "gpus": "cpu", "copy": "400MB/s"}, {"name": "b", "gpus": "cpu", "copy": "200MB/s"}])
+    assert load_topology(topo.to_dict()) == topo and "collectives' CPU" in topo.describe()
+    costs = flat_costs(a, device_types(topo), fixed=1e-4)
+    dp = baseline("dp", len(a.grouping.groups), topo)
+
+    def collectives(t):
+        report = Simulator(a, t, costs=costs).simulate(dp, detail=True)
+        kinds = report.tasks["kind"]
+        mask = np.array([TASK_KINDS[k] == "allreduce" for k in kinds])
+        return report, (report.tasks["end"] - report.tasks["start"])[mask]
+
+    r0, d0 = collectives(plain)
+    r1, d1 = collectives(topo)
+    assert len(d0) == len(d1) > 0
+    bw, lat = plain.bandwidth(0, 1), plain.latency(0, 1)
+    nbytes = (d0 - 2 * lat) * bw                       # 2(n-1)/n of each all-reduce's bytes, n = 2
+    np.testing.assert_allclose(d1 - d0, nbytes / 200e6, rtol=1e-6)
+    assert r1.iteration_time_s > r0.iteration_time_s
+    with pytest.raises(Exception, match="copy"):
+        topology([{"name": "m", "gpus": "cpu", "copy": "0MB/s"}])
+
+
 def test_dp_nccl_waits_for_the_backward_pass_and_horovod_overlaps():
     """The paper measured Horovod 16% faster than DP-NCCL on VGG19 (548 MB of gradients, 38
     tensors: fusion changes little there, overlap does): DP-NCCL's all-reduces start after the
