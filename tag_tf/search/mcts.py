@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,7 +50,7 @@ from tag_tf.search.registry import template_baseline
 from tag_tf.search.shares import ShareSolver
 from tag_tf.search.stages import pipeline_search
 from tag_tf.search.starts import baselines_to_beat
-from tag_tf.strategy import GroupPlan, Option, Strategy
+from tag_tf.strategy import GroupPlan, Option, SfbCut, Strategy
 
 if TYPE_CHECKING:
     from tag_tf.analysis import Analysis
@@ -321,7 +321,8 @@ def _polish(cost: Evaluator, tree: _Tree, topology: Topology, options: MctsOptio
 
 def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsOptions(), *,  # noqa: B008 (frozen: one shared default is safe)
                 prior: str | PriorFn | None = None, weights: str | None = None,
-                record: list[VisitRecord] | None = None, deadline: Deadline | None = None) -> MctsResult:
+                record: list[VisitRecord] | None = None, deadline: Deadline | None = None,
+                sfb_cuts: Sequence[SfbCut] = ()) -> MctsResult:
     """Plan `sim`'s graph on `topology` by MCTS (see the module doc). `prior` is "gnn" (the
     heterogeneous GNN, mixed with the uniform prior at `options.prior_mix`), "uniform" (pure MCTS),
     None (priors.default_prior: pure MCTS unless DEFAULT_PRIOR says otherwise) or a
@@ -330,7 +331,9 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
     None at the root or when it did not run. `weights`: the GNN's weights file (default: the
     shipped weights, search/weights/gnn.pt). `record`: receives a VisitRecord per vertex
     visited at least MIN_RECORD_VISITS times (GNN training data). `deadline`: when the search
-    ends (default: `options.budget_s` from now; the earlier of the two when both are given)."""
+    ends (default: `options.budget_s` from now; the earlier of the two when both are given).
+    `sfb_cuts`: every plan past the baselines is judged with those of them it replicates as well
+    (moves.Evaluator.with_sfb); the baselines are judged as they run."""
     start_time = time.perf_counter()
     deadline = (deadline or Deadline.never()).within(options.budget_s)
     budget = max(0.0, deadline.left())
@@ -341,6 +344,8 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
                                heterog=options.heterog, pipeline=options.pipeline, singles=sim.client is not None)
     best_name = starts.best()
     reference = starts.times[best_name]
+    if sfb_cuts:
+        cost.with_sfb(sfb_cuts)
     actions = candidate_actions(topology)
     order = decision_order(sim.analysis)
     # Fused buckets; batch shares from the simulator's own (calibrated) device speeds.
@@ -351,6 +356,10 @@ def mcts_search(sim: Simulator, topology: Topology, options: MctsOptions = MctsO
     tree = _Tree(cost, actions, order, template, prior_fn, options.prior_mix,
                  keep_reports=prior_fn is not None or record is not None)
     found = _TreeOutcome(starts.plans[best_name], reference)
+    if sfb_cuts:            # a baseline SFB makes faster is where the tree (and the polish) start from
+        for plan in starts.plans.values():
+            if (t := cost(plan)) < found.best_time:
+                found.best_plan, found.best_time = plan, t
     tree_until = Deadline(start_time + budget * (1 - POLISH_SHARE if options.polish else 1.0))   # <= deadline
     _grow(tree, options, tree_until, reference, starts.times["dp"], found, start_time)
     if record is not None:

@@ -16,7 +16,7 @@ import numpy as np
 from tag_tf.deadline import Deadline
 from tag_tf.errors import DeadlineExceeded, StrategyError
 from tag_tf.search.baselines import FUSION_CHOICES, device_capacities
-from tag_tf.strategy import GroupPlan, Strategy
+from tag_tf.strategy import GroupPlan, Option, SfbCut, Strategy
 
 if TYPE_CHECKING:
     from tag_tf.sim.simulator import SimReport, Simulator
@@ -33,13 +33,33 @@ APPROXIMATE_ABOVE = 64
 
 class Evaluator:
     """Simulated iteration time of strategies, counting simulations; inf when a strategy cannot run.
-    `approximate`: see APPROXIMATE_ABOVE (default: by the simulator's device count)."""
+    `approximate`: see APPROXIMATE_ABOVE (default: by the simulator's device count).
+
+    `with_sfb(cuts)` makes it judge each plan as the better of itself and itself with those of
+    `cuts` (sufficient factor broadcasting, search/sfb.py) whose ops it replicates: SFB is applied
+    after a search, and a plan that replicates a large dense gradient over a slow link is slow
+    without it, so a search that did not know SFB never reached the plans SFB makes fastest. The
+    plans it returns carry no cuts; `best_with_sfb` solves them again (seeded with `cuts`)."""
 
     def __init__(self, sim: Simulator, approximate: bool | None = None):
         self.sim = sim
         self.approximate = sim.num_devices > APPROXIMATE_ABOVE if approximate is None else approximate
         self.evaluations = 0
         self.unsimulatable = 0         # candidates the native expander could not order (see below)
+        self.sfb_cuts: tuple[tuple[SfbCut, frozenset[int]], ...] = ()     # (cut, the groups of its ops)
+
+    def with_sfb(self, cuts: Sequence[SfbCut]) -> Evaluator:
+        """From now on, plans are judged with the cuts of `cuts` they replicate (class doc)."""
+        group_of = self.sim.analysis.grouping.group_of
+        self.sfb_cuts = tuple((c, frozenset(group_of[op] for op in c.ops)) for c in cuts
+                              if all(op in group_of for op in c.ops))
+        return self
+
+    def _applicable(self, strategy: Strategy) -> list[SfbCut]:
+        if not self.sfb_cuts or strategy.sfb or strategy.microbatches > 1 or strategy.op_groups is not None:
+            return []
+        replicated = replicated_groups(strategy)
+        return [c for c, groups in self.sfb_cuts if groups <= replicated]
 
     def __call__(self, strategy: Strategy) -> float:
         report = self.report(strategy)
@@ -55,7 +75,18 @@ class Evaluator:
         return float("inf") if report is None or report.oom else report.iteration_time_s
 
     def report(self, strategy: Strategy, *, collapse: bool | None = None) -> SimReport | None:
-        """The simulation report, or None when the strategy cannot run (see __call__)."""
+        """The simulation report, or None when the strategy cannot run (see __call__); with SFB cuts
+        (`with_sfb`), the faster of the plan's and the plan's with the cuts it replicates."""
+        report = self._report(strategy, collapse)
+        cuts = self._applicable(strategy)
+        if cuts:
+            other = self._report(strategy.with_sfb_cuts(cuts), collapse)
+            if other is not None and not other.oom and (report is None or report.oom or
+                                                        other.iteration_time_s < report.iteration_time_s):
+                return other
+        return report
+
+    def _report(self, strategy: Strategy, collapse: bool | None) -> SimReport | None:
         self.evaluations += 1
         try:
             return self.sim.simulate(strategy, collapse=collapse, approximate=self.approximate)
@@ -72,6 +103,12 @@ class Evaluator:
                          "candidates", e)
             self.unsimulatable += 1
             return None
+
+
+def replicated_groups(strategy: Strategy) -> set[int]:
+    """The groups whose ops SFB may duplicate: replicated with AllReduce or PS on 2+ devices."""
+    return {g for g, plan in enumerate(strategy.groups)
+            if len(plan.devices) > 1 and plan.option in (Option.ALLREDUCE, Option.PS)}
 
 
 # Above this many machines the device sets follow the cluster's hierarchy (machine kinds and

@@ -43,6 +43,7 @@ import numpy as np
 
 from tag_tf.analysis.states import Kind
 from tag_tf.deadline import Deadline
+from tag_tf.errors import StrategyError
 from tag_tf.sim.prepare import STATE_CODE
 from tag_tf.strategy import GroupPlan, Option, SfbCut, Strategy, split_counts
 
@@ -342,10 +343,12 @@ class SfbSolver:
 
 
 def apply_sfb(sim: Simulator, strategy: Strategy, *, time_limit_s: float = 1.0, max_simulations: int = 64,
-              deadline: Deadline | None = None) -> SfbOutcome:
+              deadline: Deadline | None = None, seed: Sequence[SfbCut] = ()) -> SfbOutcome:
     """`strategy` with the SFB cuts that make it simulate faster. Cuts it already carries are
     solved afresh; when nothing beats the plan as given, it comes back unchanged. `deadline`
-    bounds the solving and the trials: past it, what was found stands."""
+    bounds the solving and the trials: past it, what was found stands. `seed`: cuts solved on
+    another plan (the search judged plans with them, moves.Evaluator.with_sfb), tried as well for
+    gradients the solver proposed nothing for, where the plan replicates their ops."""
     start = time.perf_counter()
     if strategy.microbatches > 1:            # SFB is not micro-batched (Strategy.validate): as given
         t = _seconds(sim.simulate(strategy))
@@ -357,7 +360,18 @@ def apply_sfb(sim: Simulator, strategy: Strategy, *, time_limit_s: float = 1.0, 
     solve_s = sum(s.solve_s for s in solutions)
     proposed = sorted((s for s in solutions if s.ops), key=lambda s: s.objective_s)
     cuts = [solver.cut_of(s) for s in proposed]
-    seconds = lambda plan: _seconds(sim.simulate(plan))  # noqa: E731
+    if seed:
+        from tag_tf.search.moves import replicated_groups
+
+        group_of, replicated = sim.analysis.grouping.group_of, replicated_groups(base)
+        solved = {c.gradient for c in cuts}
+        cuts += [c for c in seed if c.gradient not in solved and all(group_of.get(op) in replicated for op in c.ops)]
+
+    def seconds(plan: Strategy) -> float:
+        try:
+            return _seconds(sim.simulate(plan))
+        except StrategyError:        # a seed cut this plan's layouts refuse (validated_duplicates)
+            return math.inf
     before = seconds(strategy)
     sims = 1
     best, kept = (before, list(strategy.sfb)) if not strategy.sfb else (seconds(base), [])
@@ -401,7 +415,7 @@ def duplicated_op_types(analysis: Analysis, strategy: Strategy) -> dict[str, int
 
 
 def best_with_sfb(sim: Simulator, topology: Topology, result: R, *, time_limit_s: float = 1.0,
-                  deadline: Deadline | None = None) -> tuple[R, SfbOutcome]:
+                  deadline: Deadline | None = None, seed: Sequence[SfbCut] = ()) -> tuple[R, SfbOutcome]:
     """A search result (MCTS or local) with SFB applied to its plan, and each fixed baseline with
     SFB among its baselines ("dp+sfb", ...). The search did not know SFB: where a baseline with
     SFB simulates faster than the plan with SFB (typically DP whose large gradients SFB rebuilds
@@ -410,7 +424,7 @@ def best_with_sfb(sim: Simulator, topology: Topology, result: R, *, time_limit_s
     `total_s` counting every run made here."""
     from tag_tf.search.registry import baseline, fixed_baselines
 
-    outcome = apply_sfb(sim, result.strategy, time_limit_s=time_limit_s, deadline=deadline)
+    outcome = apply_sfb(sim, result.strategy, time_limit_s=time_limit_s, deadline=deadline, seed=seed)
     baselines = dict(result.baselines)
     best, best_name = outcome, None
     simulations, seconds = outcome.simulations, outcome.total_s

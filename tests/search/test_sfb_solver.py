@@ -2,6 +2,7 @@
 and `apply_sfb` never makes a plan slower in simulation."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 
@@ -154,3 +155,31 @@ def test_the_planning_budget_bounds_sfb_too():
     found = search(sim, sim.topology, options=MctsOptions(budget_s=0.0), sfb=True)
     assert found.found and found.sfb is not None and found.sfb.solutions == ()
     assert not any(name.endswith("+sfb") for name in found.result.baselines)
+
+
+def test_the_search_judges_plans_with_the_cuts_sfb_finds_on_data_parallelism():
+    """SFB used to meet only the plan a search ended with; a plan that replicates a large dense
+    gradient is slow without SFB, so the tree never reached the plans SFB makes fastest. Seeded
+    with data parallelism's cuts, the evaluator judges a plan as the faster of itself and itself
+    with the cuts whose ops it replicates (and nothing else: the baselines keep their own times)."""
+    from tag_tf.search.moves import Evaluator
+
+    _, a = analysis_of("mlp", batch_size=4, hidden=(256, 256), input_size=256)
+    sim = Simulator(a, load_topology(TWO_MACHINES))
+    dp = baseline("dp", sim.num_groups, sim.topology)
+    seed = apply_sfb(sim, dp).strategy.sfb
+    assert seed
+    cost = Evaluator(sim).with_sfb(seed)
+    with_cuts = sim.simulate(dp.with_sfb_cuts(seed)).iteration_time_s
+    assert cost(dp) == pytest.approx(with_cuts) and with_cuts < sim.simulate(dp).iteration_time_s
+    alone = Strategy.uniform(sim.num_groups, (0,), Option.ALLREDUCE)
+    assert cost(alone) == pytest.approx(sim.simulate(alone).iteration_time_s)
+    # the cut's group on one device: the cut does not apply, the plan is judged as it is
+    cut_groups = {a.grouping.group_of[op] for c in seed for op in c.ops}
+    groups = list(dp.groups)
+    for g in cut_groups:
+        groups[g] = alone.groups[g]
+    partly = dataclasses.replace(dp, groups=tuple(groups))
+    assert cost(partly) == pytest.approx(sim.simulate(partly).iteration_time_s)
+    # apply_sfb seeded with them keeps them where its own solver proposes nothing
+    assert apply_sfb(sim, dp, seed=seed).after_s <= with_cuts + 1e-12
