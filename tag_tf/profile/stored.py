@@ -93,7 +93,7 @@ def stored_costs(db: ProfileDB, device_types: Sequence[str], fingerprints: Itera
             fit = prof.runtime_fit()
             if fit is not None:
                 runtimes[dt] = fit
-                prof = prof.scaled(fit.scale)
+                prof = prof.scaled(fit.scale, fit.op_overhead_s)
             profiles.append(prof)
             files[dt] = db.op_profile_path(key["fingerprint"], key["device_type"], key["batch_sizes"])
     return StoredCosts(tuple(profiles), db.cost_model(), files, runtimes)

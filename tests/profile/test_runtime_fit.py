@@ -57,6 +57,29 @@ def test_rewrites_that_speed_steps_keep_tensorflows_defaults_and_within_the_marg
     assert _profile(written, None).runtime_fit() is None               # profiles stored before: no fit
 
 
+def test_an_executor_time_per_op_is_fitted_beside_the_share_of_the_kernels():
+    """Small steps are partly the executor's own time per op (a constant share of the traced ops
+    extrapolated the mlp's steps 1.6x too slow from batches 8-32 to 48): steps = scale * ops +
+    ops count * overhead, where the line's intercept is clearly there; else the share alone."""
+    base = _profile(np.zeros(3), None)
+    totals = _totals(base)
+    steps = 0.75 * totals + base.num_ops * 2e-4
+    fit = _profile(steps * 1.5, steps).runtime_fit()
+    assert not fit.as_written
+    assert fit.scale == pytest.approx(0.75) and fit.op_overhead_s == pytest.approx(2e-4)
+    assert "op times x0.75 + 200 us each" in fit.describe()
+    scaled = _profile(steps * 1.5, steps).scaled(fit.scale, fit.op_overhead_s)
+    np.testing.assert_allclose([scaled.total(b) for b in SIZES], steps)
+    wide = 40                                          # far outside the profiled sizes: the line, not the share
+    assert scaled.total(wide) == pytest.approx(0.75 * base.total(wide) + base.num_ops * 2e-4)
+    # an intercept within noise of nothing, or a falling line: the median share, no overhead
+    flat = _profile(totals * 1.3 + 1e-7, None)
+    flat = dataclasses.replace(flat, rewritten_step_times=totals * 1.3 + 1e-7)
+    assert flat.runtime_fit().op_overhead_s == 0.0 and flat.runtime_fit().scale == pytest.approx(1.3, rel=1e-3)
+    falling = dataclasses.replace(base, step_times=totals[::-1].copy(), rewritten_step_times=totals[::-1].copy())
+    assert falling.runtime_fit().op_overhead_s == 0.0
+
+
 def test_stored_costs_scale_the_profile_and_say_how_compiled_graphs_run(tmp_path):
     db = ProfileDB(tmp_path / "db")
     base = _profile(np.zeros(3), None)

@@ -200,6 +200,7 @@ def summarize(profile: OpProfile, model: str, top: int) -> dict[str, Any]:
         "rewritten_step_wall_s": ({str(b): float(profile.rewritten_step_times[k[b]]) for b in profile.batch_sizes}
                                   if profile.rewritten_step_times is not None else None),
         "runtime": None if fit is None else {"as_written": fit.as_written, "op_time_scale": fit.scale,
+                                             "op_overhead_s": fit.op_overhead_s,
                                              "rewrites_ratio": fit.rewrites_ratio, "said": fit.describe()},
         "top_ops": [{"name": n, "type": t, "time_s": s,
                      "fixed_s": float(profile.fixed[profile.index()[n]]),
