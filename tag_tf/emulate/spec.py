@@ -28,6 +28,7 @@ from tag_tf.topology.units import BANDWIDTH_UNITS, UnitError, parse_bandwidth
 
 DEFAULT_SUBNET = "10.77.0.0/24"
 DEFAULT_PORT = 2222
+CORE_HEADROOM = 0.1        # of a core several hosts share, what their quotas leave free (`cpusets`)
 _TOP_KEYS = ("name", "subnet", "port", "hosts", "links")
 _HOST_KEYS = ("name", "cpu", "cpus", "nic")
 _LINK_KEYS = ("between", "bandwidth")
@@ -67,7 +68,10 @@ class EmulatedCluster:
     def cpusets(self, cores: Sequence[int]) -> list[str | None]:
         """Each host's cpuset: as given, else packed first-fit by quota onto `cores` (the machine's),
         so that hosts whose quotas fit beside each other do not also compete for one core; None
-        where the quotas do not fit (every core, the quota alone limits it)."""
+        where the quotas do not fit (every core, the quota alone limits it). A core shared by
+        several hosts keeps CORE_HEADROOM of it free: the kernel moves every emulated link's packets
+        (veth, bridge, shaping) on the sending core, outside any host's quota, and on a core the
+        quotas fill that time comes out of the hosts' own."""
         load = {c: 0.0 for c in cores}
         out: list[str | None] = []
         for h in self.hosts:
@@ -76,7 +80,8 @@ class EmulatedCluster:
                 continue
             need = h.cpu if h.cpu is not None else float(len(cores))
             if need <= 1.0:
-                core = next((c for c in cores if load[c] + need <= 1.0 + 1e-9), None)
+                core = next((c for c in cores if load[c] == 0.0 or load[c] + need <= 1.0 - CORE_HEADROOM + 1e-9),
+                            None)
                 if core is not None:
                     load[core] += need
                     out.append(str(core))

@@ -40,6 +40,12 @@ def test_cluster_files_are_checked_field_by_field(tmp_path):
     assert c.bandwidth(0, 1) == pytest.approx(20e6 / 8) and c.address(1) == "10.77.0.2"
     assert json.loads(c.tf_config(1))["task"] == {"type": "worker", "index": 1}
     assert c.cpusets([0, 1]) == ["0", "1"]            # quotas that fit a core each get their own
+    halves = load_cluster({"hosts": [{"name": n, "cpu": 0.5} for n in "abc"] + [{"name": "d", "cpu": 0.25}]})
+    # two half-core hosts would fill a core (the kernel moves their packets there too): one each;
+    # the third fits no core and takes its quota on any; a quarter still fits beside a half
+    assert halves.cpusets([0, 1]) == ["0", "1", None, "0"]
+    assert load_cluster({"hosts": [{"name": "f", "cpu": 1.0}, {"name": "h", "cpu": 0.5}, {"name": "q", "cpu": 0.25}]}
+                        ).cpusets([0, 1]) == ["0", "1", "1"]
     bad = [({"hosts": []}, "hosts"), ({"hosts": [{"name": "a", "cpu": 0}]}, "cpu"),
            ({"hosts": [{"name": "a", "nic": "fast"}]}, "nic"), ({"hosts": [{"name": "a"}], "subnet": "8.8.8.0/24"}, "subnet"),
            ({"hosts": [{"name": "a"}, {"name": "a"}]}, "unique"),
