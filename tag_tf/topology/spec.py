@@ -85,9 +85,9 @@ class Machine:
     # machine's executor while it computes (discovery measures it on CPU tasks: on a quarter of a
     # core it is several times a full core's); 0: not charged.
     message_s: float = 0.0
-    # Bytes per second this machine's CPU moves of an all-reduce between machines beyond what its
-    # link takes (gRPC copies, serialisation, the sums; discovery measures it on CPU tasks); None:
-    # not charged.
+    # Bytes per second this machine's CPU moves of an all-reduce between two machines beyond what
+    # its link takes (gRPC copies, serialisation, the sums; discovery measures it on CPU tasks; rings
+    # of three or more overlap it with their transfers, kernels/expand.h); None: not charged.
     copy_bandwidth: float | None = None
 
     def __post_init__(self) -> None:
