@@ -735,6 +735,7 @@ class Expander {
     // (Processes are machines; one executor may serve several of them: then it is held once.)
     const int32_t ha = p_.dev_host[from], hb = p_.dev_host[to];
     double duration = total;
+    double piece_latency = 0.0;       // of each piece: waited before the bytes move (not on links)
     int32_t handled = -1;
     if (ha >= 0 && hb >= 0 && p_.dev_machine[from] != p_.dev_machine[to]) {
       const double latency = std::min(p2p_time(from, to, 0.0), total);
@@ -756,6 +757,18 @@ class Expander {
         handled = part;
       }
       duration = total - latency;
+    } else if (p_.dev_machine[from] != p_.dev_machine[to]) {
+      // Between machines the latency is a wait (propagation, the request's round trip) that holds
+      // no link: messages in flight overlap their latencies and queue only for the bytes. Held on
+      // the link, thousands of small reads a pipelined plan sends (optimizer scalars, one per
+      // update op) queued 25 us each behind one another on a port that moved no bytes.
+      const double latency = std::min(p2p_time(from, to, 0.0), piece);
+      if (latency > 0) {
+        handled = add_task(kTransfer, latency, to, meta_ ? meta_->op[task] : -1, 0, {}, task);
+        edge(task, handled, false);
+        duration = most * (piece - latency);
+        piece_latency = latency;
+      }
     }
     const int32_t lo = p_.link_res_ptr[pair], hi = p_.link_res_ptr[pair + 1];
     for (int32_t k = lo; k < hi; ++k) {
@@ -765,7 +778,7 @@ class Expander {
       for (int32_t q = lo; q < k; ++q) first &= counts[q - lo] != c;
       if (!first) continue;
       const int32_t side = static_cast<int32_t>(g.duration.size());
-      g.duration.push_back(c * piece);
+      g.duration.push_back(c * (piece - piece_latency));
       for (int32_t q = k; q < hi; ++q)
         if (counts[q - lo] == c) g.res.push_back(2 * p_.num_devices + p_.link_res[q]);
       g.res_ptr.push_back(static_cast<int32_t>(g.res.size()));

@@ -49,6 +49,9 @@ MICROBATCHES = (2, 4, 8, 16)     # micro-batch counts the search tries
 MAX_STAGES = 8                   # stages over machines, at most
 CUT_STEPS = (0.8, 1.25)          # a stage's share of the work scaled by these when its cuts move
 CUT_ROUNDS = 2
+CUT_WINDOW = 0.25                # a stage cut moves by up to this share of its larger stage's work
+CUT_WINDOW_MIN = 0.05            # (at least this share of all the work: about a layer of a deep model) ...
+CUT_SLACK = 0.05                 # ... to the nearest place within 5% of the fewest bytes crossing
 
 
 def planned_op_weights(sim: Simulator, device_type: str | int) -> np.ndarray:
@@ -92,10 +95,10 @@ def op_stages(analysis: Analysis, fractions: Sequence[float], weights: np.ndarra
         raise StrategyError(f"{count} stages but the forward pass has only {len(computing)} ops to cut")
     w = np.asarray(analysis.weights if weights is None else weights, dtype=float)[computing]
     stage = np.full(n, -1, dtype=np.int64)
-    cuts = _cuts(np.maximum(w, 1e-12), fractions)
+    cuts = _cuts(np.maximum(w, 1e-12), fractions, _crossing_bytes(analysis, computing, forward))
     for s in range(count):
         stage[computing[cuts[s]:cuts[s + 1]]] = s
-    _spread(stage, forward, preds, succs)
+    _spread(stage, forward, preds, succs, _edge_bytes(analysis))
     return _colocated_earliest(analysis, stage, index, count)
 
 
@@ -128,24 +131,69 @@ def _forward_pass(analysis: Analysis, index: dict[str, int], preds: list[list[in
     return forward
 
 
-def _cuts(w: np.ndarray, fractions: Sequence[float]) -> list[int]:
+def _crossing_bytes(analysis: Analysis, computing: Sequence[int], forward: np.ndarray) -> np.ndarray:
+    """Per cut position k over the forward ops `computing` (ops [:k] before the cut, [k:] after):
+    the bytes of forward activations that cross it, each producer's largest tensor into the later
+    part counted once (what one micro-batch hands to the next stage, at the whole batch)."""
+    position = {op: k for k, op in enumerate(computing)}
+    largest: dict[int, int] = {}
+    last: dict[int, int] = {}
+    planning = analysis.planning
+    for (a, b), size in zip(np.asarray(planning.edges, dtype=np.int64).reshape(-1, 2),
+                            np.asarray(planning.edge_bytes, dtype=np.int64), strict=True):
+        i, j = position.get(int(a)), position.get(int(b))
+        if i is None or j is None or j <= i or not forward[int(b)]:
+            continue
+        largest[i] = max(largest.get(i, 0), int(size))
+        last[i] = max(last.get(i, 0), j)
+    diff = np.zeros(len(computing) + 2, dtype=np.float64)
+    for i, size in largest.items():          # producer i crosses every cut in (i, last consumer]
+        diff[i + 1] += size
+        diff[last[i] + 1] -= size
+    return np.cumsum(diff)[:len(computing) + 1]
+
+
+def _cuts(w: np.ndarray, fractions: Sequence[float], crossing: np.ndarray | None = None) -> list[int]:
     """Where the forward ops (weights `w`, in order) are cut so that stage s takes fractions[s] of
-    the weight; every stage gets at least one op."""
+    the weight; every stage gets at least one op. With `crossing` (bytes per cut position), each
+    cut moves, within CUT_WINDOW of the larger neighbouring stage's share of the work, to where
+    the fewest activation bytes cross (a layer's end rather than inside its wide feed-forward)."""
     count = len(fractions)
+    total = float(sum(fractions))
     middle = (np.cumsum(w) - 0.5 * w) / w.sum()
-    ends = np.cumsum(np.asarray(fractions, dtype=float))[:-1] / float(sum(fractions))
+    ends = np.cumsum(np.asarray(fractions, dtype=float))[:-1] / total
     cuts = [0]
     for s, end in enumerate(ends, start=1):
         cut = int(np.searchsorted(middle, end, side="right"))
+        if crossing is not None:
+            span = max(CUT_WINDOW * max(fractions[s - 1], fractions[s]) / total, CUT_WINDOW_MIN)
+            lo = int(np.searchsorted(middle, end - span, side="right"))
+            hi = int(np.searchsorted(middle, end + span, side="right"))
+            lo, hi = max(lo, cuts[-1] + 1), min(hi, len(w) - (count - s))
+            if lo <= hi:
+                window = np.arange(lo, hi + 1)
+                least = crossing[window].min()
+                near = window[crossing[window] <= least * (1 + CUT_SLACK)]
+                cut = int(near[np.argmin(np.abs(near - cut))])
         cuts.append(min(max(cut, cuts[-1] + 1), len(w) - (count - s)))
     cuts.append(len(w))
     return cuts
 
 
-def _spread(stage: np.ndarray, forward: np.ndarray, preds: list[list[int]], succs: list[list[int]]) -> None:
+def _edge_bytes(analysis: Analysis) -> dict[tuple[int, int], int]:
+    planning = analysis.planning
+    return {(int(a), int(b)): int(size) for (a, b), size in
+            zip(np.asarray(planning.edges, dtype=np.int64).reshape(-1, 2),
+                np.asarray(planning.edge_bytes, dtype=np.int64), strict=True)}
+
+
+def _spread(stage: np.ndarray, forward: np.ndarray, preds: list[list[int]], succs: list[list[int]],
+            edge_bytes: dict[tuple[int, int], int]) -> None:
     """Stages for the ops the cut left out (in place): forward inputs take their first consumer's;
-    the rest, in topological order, the latest forward stage they read, else the earliest of their
-    inputs; ops with no inputs at all go with their consumers."""
+    the rest, in topological order, the latest forward stage they read, else the stage of their
+    largest input (the earliest of those as large: a sum of gradients stays where its gradients
+    are, not where a shape it also reads was computed, which sent a layer norm's backward pass
+    back and forth between two machines); ops with no inputs at all go with their consumers."""
     n = len(stage)
     for i in reversed(range(n)):
         if forward[i] and stage[i] < 0:
@@ -155,8 +203,11 @@ def _spread(stage: np.ndarray, forward: np.ndarray, preds: list[list[int]], succ
         if stage[i] >= 0:
             continue
         fwd = [stage[p] for p in preds[i] if forward[p]]
-        known = [stage[p] for p in preds[i] if stage[p] >= 0]
-        stage[i] = max(fwd) if fwd else (min(known) if known else -1)
+        if fwd:
+            stage[i] = max(fwd)
+            continue
+        known = [(-edge_bytes.get((p, i), 0), stage[p]) for p in preds[i] if stage[p] >= 0]
+        stage[i] = min(known)[1] if known else -1
     for i in reversed(range(n)):
         if stage[i] < 0:
             later = [stage[c] for c in succs[i] if stage[c] >= 0]
