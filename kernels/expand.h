@@ -205,6 +205,7 @@ class Expander {
     g_ = &g;
     meta_ = meta;
     reset();
+    pipelined_ = s.microbatches > 1;
     if (auto err = build_layouts(s); !err.empty()) return err;
     find_classes(collapse && s.microbatches == 1);
     finish_layouts();
@@ -254,6 +255,9 @@ class Expander {
   std::vector<PendingEdge> pending_;
   std::unordered_map<int64_t, std::vector<int32_t>> memo_split_;
   std::unordered_map<int64_t, int32_t> memo_sum_transfer_;   // (tensor, sum device, to) -> transfer
+  std::unordered_map<int64_t, int32_t> memo_relay_;          // (tensor, machine) -> its first copy there
+  std::unordered_map<int64_t, int32_t> memo_relay_sum_;      // (tensor, sum device, machine) -> the same
+  bool pipelined_ = false;
   std::vector<int32_t> last_collective_;
   // Device classes of the last expansion (see the header comment).
   std::vector<int32_t> dev_rep_, dev_mult_, class_ptr_, class_devs_;
@@ -285,6 +289,8 @@ class Expander {
     memo_allreduce_.clear();
     memo_split_.clear();
     memo_sum_transfer_.clear();
+    memo_relay_.clear();
+    memo_relay_sum_.clear();
     memo_device_sum_.clear();
     memo_msplit_.clear();
     memo_zeros_.clear();
@@ -827,7 +833,16 @@ class Expander {
     switch (st) {
       case kFull: {
         const int32_t k = P.index_of(d);
-        return k >= 0 ? instance(src, k) : transfer(instance(src, 0), d, bytes);
+        if (k >= 0) return instance(src, k);
+        if (!pipelined_ || p_.dev_machine[P.devs[0]] == p_.dev_machine[d]) return transfer(instance(src, 0), d, bytes);
+        // Pipelined plans: a whole value crosses to another machine once; the machine's other
+        // devices copy it from the first one there (compiler/builder.py full_on, `relay`).
+        const int64_t rkey = static_cast<int64_t>(p_.e_tensor[e]) * p_.num_devices + p_.dev_machine[d];
+        auto it = memo_relay_.find(rkey);
+        if (it != memo_relay_.end()) return transfer(it->second, d, bytes);
+        const int32_t got = transfer(instance(src, 0), d, bytes);
+        memo_relay_.emplace(rkey, got);
+        return got;
       }
       case kSplit: {
         auto it = memo_concat_.find(key);
@@ -856,8 +871,26 @@ class Expander {
           sum = device_sum(e, agg);          // a stage alone on agg: its micro-batches' sum is the sum
           memo_addn_.emplace(akey, sum);
         } else if (P.micro > 1) {
+          // Each other machine's devices add theirs up there first: one sum leaves each machine
+          // (compiler/collectives.py _add_n).
           std::vector<int32_t> parts;
-          for (int32_t u : P.uniq) parts.push_back(transfer(device_sum(e, u), agg, bytes));
+          std::vector<std::pair<int32_t, std::vector<int32_t>>> machines;   // in order of first device
+          for (int32_t u : P.uniq) {
+            const int32_t m = p_.dev_machine[u] == p_.dev_machine[agg] ? -1 - u : p_.dev_machine[u];
+            auto at = std::find_if(machines.begin(), machines.end(), [m](const auto& x) { return x.first == m; });
+            if (at == machines.end()) machines.push_back({m, {u}});
+            else at->second.push_back(u);
+          }
+          for (const auto& [m, devs] : machines) {
+            if (devs.size() == 1) {
+              parts.push_back(transfer(device_sum(e, devs[0]), agg, bytes));
+              continue;
+            }
+            const int32_t first = devs[0];
+            const int32_t pre = add_task(kAddN, memcpy_time(first, (devs.size() + 1.0) * bytes), first, src, bytes, {first});
+            for (int32_t u : devs) edge(transfer(device_sum(e, u), first, bytes), pre, true);
+            parts.push_back(transfer(pre, agg, bytes));
+          }
           sum = add_task(kAddN, memcpy_time(agg, (P.uniq.size() + 1.0) * bytes), agg, src, bytes, {agg});
           for (int32_t part : parts) edge(part, sum, true);
           ++num_addns;
@@ -877,7 +910,15 @@ class Expander {
         const int64_t tkey = akey * p_.num_devices + d;
         auto tt = memo_sum_transfer_.find(tkey);
         if (tt != memo_sum_transfer_.end()) return tt->second;
-        const int32_t moved = transfer(sum, d, bytes, /*memo=*/false);
+        int32_t moved;
+        if (pipelined_ && p_.dev_machine[agg] != p_.dev_machine[d]) {    // once per machine, as kFull
+          const int64_t rkey = akey * p_.num_devices + p_.dev_machine[d];
+          auto rt = memo_relay_sum_.find(rkey);
+          moved = transfer(rt != memo_relay_sum_.end() ? rt->second : sum, d, bytes, /*memo=*/false);
+          if (rt == memo_relay_sum_.end()) memo_relay_sum_.emplace(rkey, moved);
+        } else {
+          moved = transfer(sum, d, bytes, /*memo=*/false);
+        }
         memo_sum_transfer_.emplace(tkey, moved);
         return moved;
       }

@@ -46,6 +46,7 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
         super().__init__(analysis, placement, devices)       # BuilderBase: inputs, outputs, memo
         self._init_collectives(fusion_bytes, instance_key_base, sync_after_backward)
         self._training_ops = training_ops(self.graph)
+        self._pipelined: bool | None = None
 
     # =========================================================================================
     # Emission of the original ops
@@ -245,8 +246,14 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
         if state.kind is Kind.FULL:
             if replica is not None and consumer is not None and consumer.devices == play.devices:
                 return self.out(ref, replica)
-            k = play.devices.index(device) if device in play.devices else 0
-            return self.out(ref, k)
+            if device in play.devices:
+                return self.out(ref, play.devices.index(device))
+            machine = self.devices.machine(device)
+            if device != HOST and self.pipelined and machine != self.devices.machine(play.devices[0]):
+                # A pipelined plan moves a whole value to another machine once: the machine's other
+                # devices copy it from the first one there (kernels/expand.h full_on, the same rule).
+                return self._memo_get(("relay", ref, machine), lambda: self._relay(self.out(ref, 0), ref, device))
+            return self.out(ref, 0)
         if state.kind is Kind.SPLIT:
             return self._memo_get(("concat", ref, device), lambda: self._concat(ref, device))
         if state.kind is Kind.PARTIAL:
@@ -256,8 +263,24 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
             agg = device if consumer is None or consumer.mode is Mode.SINGLE else play.devices[0]
             if play.micro > 1 and play.distinct == (agg,):
                 return self._device_sum(ref, agg)     # a stage alone on agg: its micro-batches' sum is the sum
-            return self._memo_get(("addn", ref, agg), lambda: self._add_n(ref, agg))
+            total = self._memo_get(("addn", ref, agg), lambda: self._add_n(ref, agg))
+            machine = self.devices.machine(device)
+            if device in (agg, HOST) or not self.pipelined or machine == self.devices.machine(agg):
+                return total
+            return self._memo_get(("relay", ref, agg, machine), lambda: self._relay(total, ref, device))
         return self._global_value(ref, device)
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether the plan runs micro-batches (any layout does)."""
+        if self._pipelined is None:
+            self._pipelined = any(lay.micro > 1 for lay in self.placement.layouts.values())
+        return self._pipelined
+
+    def _relay(self, value: str, ref: TensorRef, device: int) -> str:
+        """`value` (of ref) copied onto `device`: the first device of its machine that needs it."""
+        return self.f.node(f"tag/relay/{ref.op}", "Identity", [value], self.devices[device],
+                           T=("type", self._dtype(ref))) + ":0"
 
     def _concat(self, ref: TensorRef, device: int) -> str:
         play = self.placement.of(ref.op)

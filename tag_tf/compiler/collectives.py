@@ -56,8 +56,30 @@ class CollectivesMixin(BuilderBase):
             name = self.f.unique(f"tag/sum/{ref.op}")
             self._pending_sums.append((("addn", ref, device), [name]))
             return name + ":0"
-        pieces = [self._device_sum(ref, d) for d in self.placement.of(ref.op).distinct]
+        play = self.placement.of(ref.op)
+        if play.micro == 1:
+            pieces = [self._device_sum(ref, d) for d in play.distinct]
+        else:
+            pieces = self._summed_per_machine(ref, play.distinct, device)
         return self.f.add_n(f"tag/sum/{ref.op}", pieces, self._dtype(ref), self.devices[device]) + ":0"
+
+    def _summed_per_machine(self, ref: TensorRef, distinct: Sequence[int], device: int) -> list[str]:
+        """Micro-batched partial sums bound for `device`: each other machine's devices add theirs up
+        on the first of them, so one value leaves that machine (kernels/expand.h, the same rule)."""
+        here = self.devices.machine(device)
+        machines: dict[int, list[int]] = {}
+        pieces: list[str] = []
+        for d in distinct:
+            machine = self.devices.machine(d)
+            if machine == here:
+                pieces.append(self._device_sum(ref, d))
+            else:
+                machines.setdefault(machine, []).append(d)
+        for devs in machines.values():
+            parts = [self._device_sum(ref, d) for d in devs]
+            pieces.append(parts[0] if len(parts) == 1 else
+                          self.f.add_n(f"tag/presum/{ref.op}", parts, self._dtype(ref), self.devices[devs[0]]) + ":0")
+        return pieces
 
     def _summed_for(self, key: tuple, ref: TensorRef, device: int) -> str:
         """`_device_sum` for the reduction `key` (built once every op is emitted): the training step
