@@ -205,8 +205,9 @@ class Expander {
     g_ = &g;
     meta_ = meta;
     reset();
-    pipelined_ = s.microbatches > 1;
     if (auto err = build_layouts(s); !err.empty()) return err;
+    // As the compiler decides (compiler/builder.py `pipelined`): any layout runs micro-batches.
+    pipelined_ = std::any_of(layouts_.begin(), layouts_.end(), [](const Layout& l) { return l.micro > 1; });
     find_classes(collapse && s.microbatches == 1);
     finish_layouts();
     emit_compute();
@@ -797,7 +798,7 @@ class Expander {
         meta_->device.push_back(to);
         meta_->src.push_back(-1);
       }
-      edge(task, side, false);
+      edge(piece_latency > 0 ? handled : task, side, false);   // the bytes move once the latency is waited
     }
     const int32_t id = static_cast<int32_t>(g.duration.size());
     g.duration.push_back(duration);
@@ -891,7 +892,7 @@ class Expander {
             for (int32_t u : devs) edge(transfer(device_sum(e, u), first, bytes), pre, true);
             parts.push_back(transfer(pre, agg, bytes));
           }
-          sum = add_task(kAddN, memcpy_time(agg, (P.uniq.size() + 1.0) * bytes), agg, src, bytes, {agg});
+          sum = add_task(kAddN, memcpy_time(agg, (parts.size() + 1.0) * bytes), agg, src, bytes, {agg});
           for (int32_t part : parts) edge(part, sum, true);
           ++num_addns;
           ++num_addn_tensors;

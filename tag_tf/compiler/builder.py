@@ -262,8 +262,9 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
                 return self._all_reduce(ref)[play.distinct.index(device)]
             agg = device if consumer is None or consumer.mode is Mode.SINGLE else play.devices[0]
             if play.micro > 1 and play.distinct == (agg,):
-                return self._device_sum(ref, agg)     # a stage alone on agg: its micro-batches' sum is the sum
-            total = self._memo_get(("addn", ref, agg), lambda: self._add_n(ref, agg))
+                total = self._device_sum(ref, agg)    # a stage alone on agg: its micro-batches' sum is the sum
+            else:
+                total = self._memo_get(("addn", ref, agg), lambda: self._add_n(ref, agg))
             machine = self.devices.machine(device)
             if device in (agg, HOST) or not self.pipelined or machine == self.devices.machine(agg):
                 return total

@@ -12,7 +12,7 @@ the device, so no all-reduce overlaps the backward pass.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -56,27 +56,27 @@ class CollectivesMixin(BuilderBase):
             name = self.f.unique(f"tag/sum/{ref.op}")
             self._pending_sums.append((("addn", ref, device), [name]))
             return name + ":0"
-        play = self.placement.of(ref.op)
-        if play.micro == 1:
-            pieces = [self._device_sum(ref, d) for d in play.distinct]
-        else:
-            pieces = self._summed_per_machine(ref, play.distinct, device)
+        pieces = self._summed_per_machine(ref, device, lambda d: self._device_sum(ref, d))
         return self.f.add_n(f"tag/sum/{ref.op}", pieces, self._dtype(ref), self.devices[device]) + ":0"
 
-    def _summed_per_machine(self, ref: TensorRef, distinct: Sequence[int], device: int) -> list[str]:
-        """Micro-batched partial sums bound for `device`: each other machine's devices add theirs up
-        on the first of them, so one value leaves that machine (kernels/expand.h, the same rule)."""
+    def _summed_per_machine(self, ref: TensorRef, device: int, summed: Callable[[int], str]) -> list[str]:
+        """ref's partial sums bound for `device`, `summed(d)` on each of its devices. Micro-batched
+        (a pipelined plan): each other machine's devices add theirs up on the first of them, so one
+        value leaves that machine (kernels/expand.h, the same rule)."""
+        distinct = self.placement.of(ref.op).distinct
+        if self.placement.of(ref.op).micro == 1:
+            return [summed(d) for d in distinct]
         here = self.devices.machine(device)
         machines: dict[int, list[int]] = {}
         pieces: list[str] = []
         for d in distinct:
             machine = self.devices.machine(d)
             if machine == here:
-                pieces.append(self._device_sum(ref, d))
+                pieces.append(summed(d))
             else:
                 machines.setdefault(machine, []).append(d)
         for devs in machines.values():
-            parts = [self._device_sum(ref, d) for d in devs]
+            parts = [summed(d) for d in devs]
             pieces.append(parts[0] if len(parts) == 1 else
                           self.f.add_n(f"tag/presum/{ref.op}", parts, self._dtype(ref), self.devices[devs[0]]) + ":0")
         return pieces
@@ -219,7 +219,8 @@ class CollectivesMixin(BuilderBase):
         dtype = self._dtype(refs[0])
         device = self.devices[target]
         if len(members) == 1:
-            pieces = [self._summed_for(members[0][0], refs[0], d) for d in self.placement.of(refs[0].op).distinct]
+            key = members[0][0]
+            pieces = self._summed_per_machine(refs[0], target, lambda d: self._summed_for(key, refs[0], d))
             self.f.add_n(members[0][1][0], pieces, dtype, device, unique=False)
             return
         self._sum_buckets.append([key for key, _ in members])

@@ -82,8 +82,9 @@ def op_stages(analysis: Analysis, fractions: Sequence[float], weights: np.ndarra
     weight (`weights` per planned op; default the analysis's) crosses each stage's end; an input
     of the forward pass (a variable, a placeholder) joins its first consumer's stage. Every other
     op (gradients, updates) goes with the latest stage of the forward values it reads -- a weight's
-    gradient with its layer -- or, reading none, with the earliest stage of its inputs (the
-    backward pass flows towards stage 0). Ops TF must colocate share the earliest of their stages."""
+    gradient with its layer -- or, reading none, with the stage of its largest input (the earliest
+    of those as large: the backward pass flows towards stage 0). The cuts move to where few
+    activation bytes cross (`_cuts`). Ops TF must colocate share the earliest of their stages."""
     count = len(fractions)
     if not count or any(not f > 0 for f in fractions):
         raise StrategyError(f"stage fractions must be positive, got {list(fractions)}")

@@ -285,18 +285,20 @@ def _tensors_crossing_tasks(compiled) -> dict[tuple[str, str], set[str]]:
     return out
 
 
-@pytest.mark.parametrize("name", ["mlp", "bert-small"])
-def test_a_value_crosses_to_another_machine_once(name):
+@pytest.mark.parametrize("name,fusion", [("mlp", None), ("bert-small", None), ("bert-small", 2**20)])
+def test_a_value_crosses_to_another_machine_once(name, fusion):
     """Two machines of two devices, a stage each: a whole value another machine needs (a tied
     embedding, an optimizer's scalars) crosses once and is copied there; micro-batched partial sums
-    bound for another machine are added up on their own machine first. Compiled: every tensor read
-    on another task is read there by one device. Simulated: no task sends one machine two copies."""
+    bound for another machine are added up on their own machine first (with fusion: a bucket of
+    one; larger buckets send each device's pack). Compiled: every tensor read on another task is
+    read there by one device. Simulated: no task sends one machine two copies, and the simulator
+    inserts the conversions the compiler does."""
     from tag_tf.runtime.cluster import cpu_topology
     from tag_tf.sim.simulator import TASK_KINDS, Simulator
 
     _, a = analysis_of(name)
     topo = cpu_topology(2, 2)
-    plan = pipeline_plan(a, [(0, 1), (2, 3)], 4)
+    plan = pipeline_plan(a, [(0, 1), (2, 3)], 4, fusion_bytes=fusion)
     compiled = compile_strategy(PassContext(), a, plan, DeviceMap.for_topology(topo))
     crossing = _tensors_crossing_tasks(compiled)
     assert len(crossing) > 20 and all(len(devices) == 1 for devices in crossing.values()), \
@@ -304,12 +306,15 @@ def test_a_value_crosses_to_another_machine_once(name):
     assert any(n.name.startswith("tag/relay/") for n in compiled.graph_def.node)
     assert any(n.name.startswith("tag/presum/") for n in compiled.graph_def.node)
     report = Simulator(a, topo).simulate(plan, detail=True)
+    keys = ("split", "concat", "addn", "allreduce", "allreduce_tensors", "zeros", "accumulate")
+    assert {k: report.conversions[k] for k in keys} == {k: compiled.stats[k] for k in keys}
     t, D, machine = report.tasks, topo.num_devices, [d.machine for d in topo.devices]
     links = range(2 * D, 2 * D + (report.tasks["num_resources"] - 2 * D - topo.num_machines))
     sent: dict[tuple[int, int], int] = {}
     for i in range(len(t["duration"])):
         src = int(t["src"][i])
-        if (TASK_KINDS[int(t["kind"][i])] != "transfer" or src < 0 or TASK_KINDS[int(t["kind"][src])] == "split"
+        # a split's or a fused bucket's unpack task stands for several tensors, each sent on its own
+        if (TASK_KINDS[int(t["kind"][i])] != "transfer" or src < 0 or TASK_KINDS[int(t["kind"][src])] in ("split", "unpack")
                 or machine[int(t["device"][src])] == machine[int(t["device"][i])]
                 or not any(int(r) in links for r in t["res"][t["res_ptr"][i]:t["res_ptr"][i + 1]])):
             continue
