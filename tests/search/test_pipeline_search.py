@@ -93,8 +93,8 @@ def _forward_ops(a):
 def test_stage_cuts_move_to_where_few_activation_bytes_cross():
     """A cut at exactly a stage's share of the work can land inside a feed-forward block or an
     attention (several wide tensors cross); each cut moves, within its window, to where the fewest
-    bytes cross. bert-small's even two-stage cut: 24.8 KB a sample crossed before, 8.4 KB (one
-    hidden state) now."""
+    bytes cross. bert-small's even two-stage cut (the test graph, at its planning batch): 24.8 KB
+    crossed before, 8.4 KB now."""
     import numpy as np
 
     from tag_tf.search import stages
