@@ -21,11 +21,19 @@ step time (the simulator the planner judged plans with, on the discovered topolo
 one device, the plain program's), planning time and first step.
 
 With --rounds R every row runs R times, interleaved (round r starts its row order r places further
-on), and reports the median of its R medians (`rounds_ms` keeps each): a shared 2-core machine drifts
+on), and reports the median of its R step times (`rounds_ms` keeps each): a shared 2-core machine drifts
 by 15-35% over a cluster's minutes, which one pass per row charges to whichever rows ran in a slow
 stretch. The row's plan and prediction are the median round's; where discovery measured the hosts
 differently and the rounds ran different plans, `rounds_plans` lists each. Later rounds find auto's
 plan in the plan cache when discovery saw the same cluster (planning time is the first round's).
+
+A row's step time is the mean of its timed steps (`mean_ms`; the median, min and max beside it): a
+host's CPU quota is a budget per 10 ms period (cgroup CFS), so steps shorter than a period run at
+full speed until the budget is spent and then wait for the next period: their median picks one mode
+or the other (the mlp at batch 48, 1.5 ms a step on a full core, on a host of half a core: 2.1 and
+6.9 ms in two runs of one plan, mean 3.5-4.3 ms). The mean is the time a run takes per step, what a
+real host of that speed gives. For the same reason the mlp runs at batch 480 (MODEL_BATCH: about
+25 ms a step on half a core), where a step spans a few periods.
 
 Usage (root): python benchmarks/hetero_real.py [--quick] [--clusters compute,link,mixed]
                   [--models mlp,cnn,transformer,cnn-wide] [--batch 48] [--warmup 5] [--steps 15] [--rounds 1] [--merge]
@@ -64,9 +72,19 @@ CLUSTERS = {
 # The models as step_time.py builds them, the mlp and the cnn at full size (their dense gradients: 2.1 and
 # 3.2 MB, more than a 50 Mbit/s link moves in a step), the transformer as step_time's (embeddings), and
 # cnn-wide: the cnn on 56x56 images with 64/128 filters and a 512-unit dense layer, a step that is mostly
-# convolution (small weights) beside a 51 MB dense gradient (25088 x 512), at batch 96 (MODEL_BATCH).
+# convolution (small weights) beside a 51 MB dense gradient (25088 x 512), at batch 96 (MODEL_BATCH); the
+# mlp at batch 480, where its steps span a few CFS periods (module docstring).
 WIDE_CNN = dict(input_size=56, filters=(64, 128), dense_units=512)
-MODEL_BATCH = {"cnn-wide": 96}
+MODEL_BATCH = {"cnn-wide": 96, "mlp": 480}
+STEP_KEY = "mean_ms"             # a row's step time (module docstring)
+
+
+def step_ms(row: dict) -> float | None:
+    """A measured row's step time: its mean step (`STEP_KEY`), or, in results from before rows had
+    one, its median; None for a row that did not run."""
+    if not isinstance(row, dict):
+        return None
+    return row.get(STEP_KEY, row.get("median_ms"))
 
 
 def _model_kwargs() -> dict[str, dict]:
@@ -259,8 +277,8 @@ def measure_cluster(name: str, args: argparse.Namespace) -> dict:
                     for row in measured_rows[k:] + measured_rows[:k]:
                         r = run_row(emu, row, model, args, env)
                         runs[row].append(r)
-                        shown = (f"{r['median_ms']:8.1f} ms  first step {r['first_step_s']:.1f} s  loss {r['first_loss']:.5f}"
-                                 f" -> {r['last_loss']:.5f}" if "median_ms" in r else r.get("error") or r.get("absent"))
+                        shown = (f"{step_ms(r):8.1f} ms  first step {r['first_step_s']:.1f} s  loss {r['first_loss']:.5f}"
+                                 f" -> {r['last_loss']:.5f}" if step_ms(r) is not None else r.get("error") or r.get("absent"))
                         if "predicted_ms" in r:
                             shown += f"  predicted {r['predicted_ms']:.1f} ms, plan {r['plan']['hosts']} {r['plan']['shares']}"
                         label = f"{row} [{rnd + 1}/{args.rounds}]" if args.rounds > 1 else row
@@ -300,30 +318,31 @@ def carry_rows(fresh: dict, old: dict, when: dict) -> dict:
 
 
 def combine_rounds(results: list[dict]) -> dict:
-    """One row from its interleaved rounds: the median of every measured round's median step, with
+    """One row from its interleaved rounds: the median of every measured round's step time, with
     the details (plan, prediction, losses) of the round that measured it (the lower of the middle two
     for an even count), so that a prediction is always judged against its own plan's time; planning
     time and first step are the first round's (later rounds find the plan cached). Where the rounds
     ran different plans (discovery measured the hosts differently), `rounds_plans` lists each round's.
     Rounds that failed are counted. A row no round measured is its first round's result."""
-    measured = [r for r in results if "median_ms" in r]
+    measured = [r for r in results if step_ms(r) is not None]
     if not measured:
         return results[0]
     if len(results) == 1:
         return results[0]
-    by_time = sorted(measured, key=lambda r: r["median_ms"])
+    stat = STEP_KEY if all(STEP_KEY in r for r in measured) else "median_ms"
+    by_time = sorted(measured, key=lambda r: r[stat])
     row = dict(by_time[(len(by_time) - 1) // 2])
     for key in ("planned_s", "first_step_s", "cache_hit"):
         if key in measured[0]:
             row[key] = measured[0][key]
-    row["rounds_ms"] = [r["median_ms"] for r in measured]
-    row["median_ms"] = statistics.median(row["rounds_ms"])
+    row["rounds_ms"] = [r[stat] for r in measured]
+    row[stat] = statistics.median(row["rounds_ms"])
     plans = [(r.get("plan") or {}).get("hosts") for r in measured]
     if any(p != plans[0] for p in plans):
         row["rounds_plans"] = [{"hosts": (r.get("plan") or {}).get("hosts"), "shares": (r.get("plan") or {}).get("shares"),
-                                "predicted_ms": r.get("predicted_ms"), "median_ms": r["median_ms"]} for r in measured]
+                                "predicted_ms": r.get("predicted_ms"), stat: r[stat]} for r in measured]
     if len(measured) < len(results):
-        row["rounds_failed"] = [r.get("error") or r.get("absent") for r in results if "median_ms" not in r]
+        row["rounds_failed"] = [r.get("error") or r.get("absent") for r in results if step_ms(r) is None]
     return row
 
 
@@ -336,7 +355,7 @@ def verdicts(data: dict) -> dict:
     pipelined = []
     for cname, c in data["clusters"].items():
         for model, rows in c["models"].items():
-            t = {k: r["median_ms"] for k, r in rows.items() if isinstance(r, dict) and "median_ms" in r}
+            t = {k: step_ms(r) for k, r in rows.items() if k in ROWS and step_ms(r) is not None}
             if "tag-auto" not in t:
                 continue
             baselines = {k: t[k] for k in (*PLAIN_ROWS, *TAG_ROWS[1:]) if k in t}
@@ -385,7 +404,8 @@ def verdicts(data: dict) -> dict:
 def same_plan(auto: dict, other: dict | None, chief: str | None) -> bool:
     """Whether a row ran auto's plan: the same devices, options, SFB and batch shares (a baseline), or
     (`other` None: the plain program) auto keeps the model on one device of the chief's host, where
-    the program runs alone. Such rows differ by measurement noise only."""
+    the program runs alone. Such rows differ by measurement noise only. A plan without shares splits
+    the batch evenly: dp-p's shares on equal hosts are dp's."""
     if not auto:
         return False
     if other is None:
@@ -393,7 +413,16 @@ def same_plan(auto: dict, other: dict | None, chief: str | None) -> bool:
     keys = ("devices", "options", "sfb", "whole_replicas", "fusion_bytes", "microbatches")
     if any(auto.get(k) != other.get(k) for k in keys):
         return False
-    return bool(auto.get("one_device")) or (auto.get("shares") or None) == (other.get("shares") or None)
+    if auto.get("one_device"):
+        return True
+    a, b = _shares(auto), _shares(other)
+    return len(a) == len(b) and all(abs(x - y) <= 2e-3 for x, y in zip(a, b))
+
+
+def _shares(plan: dict) -> list[float]:
+    """A plan's batch shares of its devices (as rounded in the row); even where it lists none."""
+    n = len(plan.get("devices") or [])
+    return list(plan.get("shares") or [round(1.0 / n, 3)] * n) if n else []
 
 
 def distinct_plans(rows: dict, names: list[str], chief: str | None) -> list[tuple[str, ...]]:
@@ -448,9 +477,19 @@ def _spearman(a: list[float], b: list[float]) -> float | None:
     return sum((x - ma) * (y - mb) for x, y in zip(ra, rb)) / (sa * sb)
 
 
+def _statistic(data: dict) -> str:
+    """How the rows' step times are taken: the mean, or (results from before rows had it) the median."""
+    rows = [r for c in data["clusters"].values() for m in c["models"].values() for r in m.values()
+            if isinstance(r, dict) and step_ms(r) is not None]
+    if rows and all(STEP_KEY in r for r in rows):
+        return "mean"
+    return "mean (median where marked)" if any(STEP_KEY in r for r in rows) else "median"
+
+
 def render(data: dict) -> str:
+    stat = _statistic(data)
     lines = [f"Measured {data['date']} on {data['machine']} ({data['cores']} cores), code {data['commit']}; "
-             f"batch {data['batch']}, median of {data['steps']} steps after {data['warmup']}. Every row a real run "
+             f"batch {data['batch']}, {stat} of {data['steps']} steps after {data['warmup']}. Every row a real run "
              f"on an emulated cluster (namespaces, tc, cgroup CPU quotas; `tag_tf.emulate`); predictions SIMULATED.", ""]
     for cname, c in data["clusters"].items():
         hosts = ", ".join(f"{h['name']} {h['cpu_speed']:.2f}x" for h in c["measured"]["hosts"])
@@ -463,7 +502,8 @@ def render(data: dict) -> str:
             cells = []
             for row in ROWS:
                 r = rows.get(row, {})
-                cells.append((f"{r['median_ms']:.1f}" if "median_ms" in r else
+                cells.append((f"{step_ms(r):.1f}" + ("" if STEP_KEY in r or stat == "median" else " (median)")
+                              if step_ms(r) is not None else
                               "absent" if "absent" in r else "error" if r else "not run")
                              + (f" (code {r['measured_with']['commit']})" if r.get("measured_with") else ""))
             auto = rows.get("tag-auto", {})
@@ -522,11 +562,11 @@ def plot(data: dict, path: str) -> None:
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(keys)), 4))
     width = 0.8 / len(ROWS)
     for k, row in enumerate(ROWS):
-        values = [data["clusters"][c]["models"][m].get(row, {}).get("median_ms", 0.0) for c, m in keys]
+        values = [step_ms(data["clusters"][c]["models"][m].get(row, {})) or 0.0 for c, m in keys]
         ax.bar([i + k * width for i in range(len(keys))], values, width, label=row)
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(keys))])
     ax.set_xticklabels([f"{c}\n{m}" for c, m in keys])
-    ax.set_ylabel("median step, ms (measured)")
+    ax.set_ylabel("step, ms (measured: mean of the timed steps)")
     ax.legend(fontsize=7, ncol=4)
     fig.tight_layout()
     fig.savefig(path)     # SVG: text, no binary in the repository

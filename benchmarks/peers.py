@@ -62,9 +62,11 @@ def loopback_bytes() -> int:
 
 
 def summarize(times: list[float], losses: list[float], warmup: int, loopback: int = 0) -> dict:
-    """Timings of the steps after `warmup`; loopback = bytes sent over lo during those steps."""
+    """Timings of the steps after `warmup` (mean_ms: their total over their count, the time a run of
+    them takes per step); loopback = bytes sent over lo during those steps."""
     timed = times[warmup:]
-    return {"first_step_s": times[0], "median_ms": statistics.median(timed) * 1e3, "min_ms": min(timed) * 1e3,
+    return {"first_step_s": times[0], "median_ms": statistics.median(timed) * 1e3,
+            "mean_ms": statistics.fmean(timed) * 1e3, "min_ms": min(timed) * 1e3,
             "max_ms": max(timed) * 1e3, "first_loss": losses[0], "last_loss": losses[-1], "steps": len(timed),
             "loopback_bytes_per_step": loopback / len(timed)}
 

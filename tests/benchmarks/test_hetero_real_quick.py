@@ -192,3 +192,45 @@ def test_the_predicted_order_is_judged_on_distinct_plans_with_ties_at_their_aver
     assert v["spearman_rows"] < 1.0                           # row by row, the one plan's two runs disagree
     rows["tag-horovod"] = row(100.0, 110.0, dict(three, fusion_bytes=None))     # as dp's plan: the prediction
     assert len(distinct_plans(rows, ["tag-dp", "tag-horovod"], "fast")) == 2  # still tells them apart
+
+
+def test_a_rows_step_is_its_mean_step_and_even_shares_are_the_plan_without_shares():
+    """A row's step time is the mean of its timed steps (a host on a CPU quota runs short steps in
+    two modes: their median is one mode, their mean the run's time per step); rows from before rows
+    had a mean count at their median and say so. dp (no shares: an even split) and dp-p with even
+    shares ran one plan."""
+    from benchmarks.hetero_real import render, same_plan, step_ms, verdicts
+    from benchmarks.peers import summarize
+
+    # three short steps, then two that waited for the next CFS period (after two warm-up steps)
+    row = summarize([0.5, 0.1, 0.002, 0.002, 0.002, 0.009, 0.008], [2.0] * 7, warmup=2)
+    assert row["median_ms"] == pytest.approx(2.0) and row["mean_ms"] == pytest.approx(4.6)
+    assert step_ms(row) == pytest.approx(4.6) and step_ms({"median_ms": 3.0}) == 3.0
+    assert step_ms({"error": "boom"}) is None and step_ms(3) is None
+
+    three = {"hosts": ["a", "b", "far"], "devices": [0, 1, 2], "options": ["allreduce"], "sfb": 0,
+             "whole_replicas": True, "one_device": False, "fusion_bytes": None, "microbatches": 1, "shares": None}
+    assert same_plan(three, dict(three, shares=[0.333, 0.333, 0.333]), "a")
+    assert not same_plan(three, dict(three, shares=[0.357, 0.361, 0.282]), "a")
+    assert not same_plan(three, dict(three, shares=[0.5, 0.5]), "a")
+
+    def tag(mean, median, predicted, plan):
+        return {"mean_ms": mean, "median_ms": median, "predicted_ms": predicted, "last_loss": 2.3, "plan": plan}
+    one = dict(three, hosts=["a"], devices=[0], one_device=True, shares=[1.0])
+    rows = {"plain": {"mean_ms": 3.5, "median_ms": 1.9, "last_loss": 2.3},
+            "tag-auto": tag(3.8, 6.9, 3.4, one), "tag-dp": tag(500.0, 490.0, 505.0, three),
+            "tag-dp-p": tag(497.0, 495.0, 505.0, dict(three, shares=[0.333, 0.333, 0.333])),
+            "tag-horovod": tag(480.0, 485.0, 500.0, dict(three, fusion_bytes=64 << 20))}
+    data = {"date": "2026-11-28", "machine": "x86_64", "cores": 2, "commit": "abc", "batch": 48, "steps": 15,
+            "warmup": 5, "clusters": {"link": {"cluster": {"hosts": [{"name": "a"}]},
+                                               "measured": {"hosts": [{"name": "a", "cpu_speed": 0.5}],
+                                                            "links": [{"bandwidth_bps": 48e6}]},
+                                               "models": {"mlp": rows}}}}
+    v = verdicts(data)["link/mlp"]
+    assert v["auto_over_best_baseline"] == pytest.approx(3.8 / 3.5)        # means, not the medians' 6.9 / 1.9
+    assert ["tag-dp", "tag-dp-p"] in v["plans"]
+    assert v["mape"] == pytest.approx((0.4 / 3.8 + 5 / 500 + 8 / 497 + 20 / 480) / 4)
+    text = render(data)
+    assert "batch 48, mean of 15 steps" in text and "| 3.5 | " in text
+    del rows["plain"]["mean_ms"]                                # a row from before rows had a mean
+    assert "mean (median where marked)" in render(data) and "| 1.9 (median) |" in render(data)
