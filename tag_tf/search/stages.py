@@ -52,6 +52,8 @@ CUT_ROUNDS = 2
 CUT_WINDOW = 0.25                # a stage cut moves by up to this share of its larger stage's work
 CUT_WINDOW_MIN = 0.05            # (at least this share of all the work: about a layer of a deep model) ...
 CUT_SLACK = 0.05                 # ... to the nearest place within 5% of the fewest bytes crossing
+CUT_KEEP = 1 / 3                 # and by at most this share of its smaller stage's work: a small
+                                 # stage keeps a third of its share from each side
 
 
 def planned_op_weights(sim: Simulator, device_type: str | int) -> np.ndarray:
@@ -158,7 +160,9 @@ def _cuts(w: np.ndarray, fractions: Sequence[float], crossing: np.ndarray | None
     """Where the forward ops (weights `w`, in order) are cut so that stage s takes fractions[s] of
     the weight; every stage gets at least one op. With `crossing` (bytes per cut position), each
     cut moves, within CUT_WINDOW of the larger neighbouring stage's share of the work, to where
-    the fewest activation bytes cross (a layer's end rather than inside its wide feed-forward)."""
+    the fewest activation bytes cross (a layer's end rather than inside its wide feed-forward), but
+    by no more than CUT_KEEP of the smaller neighbour's share (CUT_WINDOW_MIN does not empty a
+    small stage beside a large one)."""
     count = len(fractions)
     total = float(sum(fractions))
     middle = (np.cumsum(w) - 0.5 * w) / w.sum()
@@ -167,7 +171,8 @@ def _cuts(w: np.ndarray, fractions: Sequence[float], crossing: np.ndarray | None
     for s, end in enumerate(ends, start=1):
         cut = int(np.searchsorted(middle, end, side="right"))
         if crossing is not None:
-            span = max(CUT_WINDOW * max(fractions[s - 1], fractions[s]) / total, CUT_WINDOW_MIN)
+            span = min(max(CUT_WINDOW * max(fractions[s - 1], fractions[s]) / total, CUT_WINDOW_MIN),
+                       CUT_KEEP * min(fractions[s - 1], fractions[s]) / total)
             lo = int(np.searchsorted(middle, end - span, side="right"))
             hi = int(np.searchsorted(middle, end + span, side="right"))
             lo, hi = max(lo, cuts[-1] + 1), min(hi, len(w) - (count - s))

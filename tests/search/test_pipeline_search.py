@@ -142,3 +142,24 @@ def test_a_sum_of_gradients_goes_with_its_largest_input():
                 assert stage[i] in {stage[p] for p in ops if sizes.get((p, i), 0) == largest}, a.planning.ops[i]
                 checked += 1
     assert checked > 0
+
+
+def test_a_stage_cut_moves_by_at_most_a_third_of_its_smaller_stage():
+    """A small stage beside a large one keeps most of its share: the fewest bytes cross just
+    after the first op, but the cut of a stage of a twentieth of the work (100 equal ops: 5 ops)
+    moves from op 5 by at most a third of them, not to op 1 (CUT_WINDOW_MIN alone: 5 ops of all)."""
+    import numpy as np
+
+    from tag_tf.search import stages
+
+    w = np.ones(100)
+    crossing = np.full(101, 1000.0)
+    crossing[1] = 1.0
+    assert stages._cuts(w, [1, 19]) == [0, 5, 100]
+    cut = stages._cuts(w, [1, 19], crossing)[1]
+    assert 4 <= cut <= 5
+    crossing[4] = 1.0                                   # within a third of the small stage: taken
+    assert stages._cuts(w, [1, 19], crossing)[1] == 4
+    crossing = np.full(101, 1000.0)
+    crossing[45] = 1.0                                  # even stages: the window is the larger share's quarter
+    assert stages._cuts(w, [1, 1], crossing)[1] == 45
