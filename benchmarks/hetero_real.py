@@ -30,8 +30,8 @@ plan in the plan cache when discovery saw the same cluster (planning time is the
 A row's step time is the mean of its timed steps (`mean_ms`; the median, min and max beside it): a
 host's CPU quota is a budget per 10 ms period (cgroup CFS), so steps shorter than a period run at
 full speed until the budget is spent and then wait for the next period: their median picks one mode
-or the other (the mlp at batch 48, 1.5 ms a step on a full core, on a host of half a core: 2.1 and
-6.9 ms in two runs of one plan, mean 3.5-4.3 ms). The mean is the time a run takes per step, what a
+or the other (the mlp at batch 48, 1.5 ms a step on a full core, on a host of half a core: medians
+of 2.1 and 6.9 ms in two rows that ran one plan; means of 3.5-4.3 ms in another run). The mean is the time a run takes per step, what a
 real host of that speed gives. For the same reason the mlp runs at batch 480 (MODEL_BATCH: about
 25 ms a step on half a core), where a step spans a few periods.
 

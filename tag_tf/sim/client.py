@@ -40,11 +40,16 @@ class Client:
     between_graph: bool = True
     machine: int = 0
 
+    def drives_itself(self, strategy: Strategy, topology: Topology) -> bool:
+        """Whether every task drives and feeds its own part of `strategy` (between-graph: whole
+        replicas on two or more machines): nothing to charge, and each task reads its own inputs."""
+        return self.between_graph and strategy.whole_replicas and len(strategy.machines(topology)) > 1
+
     def charge(self, strategy: Strategy, topology: Topology) -> float:
         """Seconds the client adds to each step of `strategy` on `topology`."""
-        used = strategy.machines(topology)
-        if self.between_graph and strategy.whole_replicas and len(used) > 1:
+        if self.drives_itself(strategy, topology):
             return 0.0
+        used = strategy.machines(topology)
         others = sorted(used - {self.machine})
         if not others:
             return 0.0
