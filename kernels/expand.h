@@ -118,6 +118,7 @@ struct Prepared {
   double host_message_s = 0;                             // CPU part of a gRPC transfer's latency
   std::vector<double> host_message;                      // per host: CPU a message takes from it (or empty)
   std::vector<double> host_copy;                         // per host: CPU seconds per byte of an all-reduce (or empty)
+  std::vector<double> host_collective;                   // per host: seconds an all-reduce step waits for it (or empty)
   double fabric_bw = 1e30;                               // what the network carries at once, bytes/s
   bool hierarchical = false;                             // GPU all-reduces may run in two levels
   bool feed_local = false;                               // sources read on every replica (their own part)
@@ -647,6 +648,10 @@ class Expander {
     double copy = 0;
     if (hops > 0 && n == 2)
       for (int32_t d : ring) copy = std::max(copy, host_copy(p_.dev_host[d]));
+    // Every step is a message each member takes, sums and passes on: it waits for the slowest
+    // member, whose CPU quota may run out within the step while it computes (Machine.collective_step_s).
+    if (hops > 0)
+      for (int32_t d : ring) lat = std::max(lat, host_collective(p_.dev_host[d]));
     const double flat = 2.0 * (n - 1) / n * bytes * (1.0 / bw + copy) + 2.0 * (n - 1) * lat;
     if (!p_.hierarchical || hops < 2 || hops == static_cast<int32_t>(n)) return flat;
     return std::min(flat, two_level_time(ring, bytes));
@@ -710,6 +715,9 @@ class Expander {
   int32_t host_resource(int32_t host) const { return 2 * p_.num_devices + p_.num_links + host; }
   double host_copy(int32_t host) const {
     return host >= 0 && static_cast<size_t>(host) < p_.host_copy.size() ? p_.host_copy[host] : 0.0;
+  }
+  double host_collective(int32_t host) const {
+    return host >= 0 && static_cast<size_t>(host) < p_.host_collective.size() ? p_.host_collective[host] : 0.0;
   }
   double host_message(int32_t host) const {
     return host >= 0 && static_cast<size_t>(host) < p_.host_message.size() ? p_.host_message[host] : 0.0;

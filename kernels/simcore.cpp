@@ -161,6 +161,7 @@ class Simulator {
     if (d.contains("host_message_s")) p_.host_message_s = py::cast<double>(d["host_message_s"]);
     if (d.contains("host_message")) p_.host_message = vec<double>(d, "host_message");
     if (d.contains("host_copy")) p_.host_copy = vec<double>(d, "host_copy");
+    if (d.contains("host_collective")) p_.host_collective = vec<double>(d, "host_collective");
     if (d.contains("fabric_bw")) p_.fabric_bw = py::cast<double>(d["fabric_bw"]);
     if (d.contains("hierarchical")) p_.hierarchical = py::cast<bool>(d["hierarchical"]);
     if (d.contains("feed_local")) p_.feed_local = py::cast<bool>(d["feed_local"]);
@@ -280,6 +281,9 @@ class Simulator {
     for (double m : p_.host_message) need(std::isfinite(m) && m >= 0, "host_message must be finite and >= 0");
     need(p_.host_copy.empty() || p_.host_copy.size() == static_cast<size_t>(p_.num_hosts), "host_copy: one per host");
     for (double c : p_.host_copy) need(std::isfinite(c) && c >= 0, "host_copy must be finite and >= 0");
+    need(p_.host_collective.empty() || p_.host_collective.size() == static_cast<size_t>(p_.num_hosts),
+         "host_collective: one per host");
+    for (double c : p_.host_collective) need(std::isfinite(c) && c >= 0, "host_collective must be finite and >= 0");
     need(p_.link_res_ptr.size() == D * D + 1 && p_.link_bw.size() == D * D && p_.link_lat.size() == D * D, "link arrays");
     for (int32_t g : p_.op_group) need(g >= 0 && g < p_.num_groups, "op_group out of range");
     for (size_t e = 0; e < E; ++e)

@@ -7,7 +7,9 @@ runs in the task's own process, under its own CPU quota and threads), and measur
 the communication profiler: a few gRPC transfers between every pair of tasks, fitted to latency +
 bytes / bandwidth, and what one such transfer's handling costs each task's CPU while it computes
 (`measure_messages`: the simulator charges it to both ends of every transfer between tasks), and
-the CPU time per byte an all-reduce between tasks takes beyond its link (`measure_copy`). Tasks
+the CPU time per byte an all-reduce between tasks takes beyond its link (`measure_copy`), how long
+each step of an all-reduce waits for each task while it computes (`measure_collective_steps`), and, with
+three tasks or more, what a ring all-reduce over every task moves per hop (`measure_fabric`). Tasks
 of unequal speed get machine speeds (the fastest is 1.0); links of unequal bandwidth become a
 bandwidth matrix (else one switch, the slowest pair). The measurement is cached
 per cluster (its addresses and descriptions: a changed CPU quota or cpuset is another cluster) under
@@ -46,13 +48,15 @@ SPEED_PASSES = 2           # passes over the tasks; each task keeps its best (lo
 SAME_SPEED = 0.20          # tasks within 20% of the fastest count as equally fast (probe noise)
 SAME_BANDWIDTH = 0.20      # pairs within 20% of each other count as one switch
 SPEED_MOVED = 0.25         # a task's relative speed this far from the cached one: measure the links again
-FABRIC_SIZE = 2 << 20      # bytes each pair moves per transfer when every pair moves at once
-FABRIC_SHARED = 0.8        # pairs at once below this share of their own bandwidths, summed: a blocking fabric
-FABRIC_TRIES = 3           # times every pair moves at once, until each pair's time is measurable
 COPY_SIZES = (1 << 20, 8 << 20)   # bytes of the two all-reduces whose difference times a collective's CPU per byte
+RING_SIZES = COPY_SIZES    # bytes of the two all-reduces over every task whose difference times a ring's hop (at most)
+RING_PASSES = 3            # passes of the ring probe; the fastest counts (measure_fabric)
+RING_SECONDS = 0.25        # what the larger of them may take over the ring's slowest link
+FABRIC_SHARED = 0.95       # a ring's hops below this share of its slowest link: a shared network (measure_fabric)
 COPY_KEY = 1 << 28         # collective group and instance keys of the copy probe: far from the compiler's
 MESSAGE_CHAIN = 40         # 256x256 products on the task while its messages are handled (~13 ms on a full core)
 MESSAGES = 16              # small transfers each way per timed step of the message probe
+COLLECTIVE_PROBES = 12     # tiny all-reduces over every task per timed step of the all-reduce step probe
 
 
 class _Pair:
@@ -160,6 +164,60 @@ def _message_cost(spec: ClusterSpec, task: int, partner: int, repeats: int) -> f
     return max(both - alone, 0.0) / (2 * MESSAGES)
 
 
+def measure_collective_steps(spec: ClusterSpec, repeats: int = 7) -> list[float]:
+    """Per task, the seconds each step of an all-reduce over every task waits for that task while it
+    computes: a chain of MESSAGE_CHAIN matrix products on the task, timed alone and beside
+    COLLECTIVE_PROBES tiny all-reduces over every task, one after another (a ring's steps cannot
+    overlap: each waits for the one before); what they add to the chain, per step (2(n-1) steps an
+    all-reduce). A step is a message the task takes, sums and passes on; on a CPU quota that runs
+    out while the task computes, a step can wait for the task's next period. [] for one task."""
+    n = len(spec.tasks)
+    if n < 2:
+        return []
+    return [_collective_step(spec, task, repeats) for task in range(n)]
+
+
+def _collective_step(spec: ClusterSpec, task: int, repeats: int) -> float:
+    import tensorflow as tf
+
+    from tag_tf.measure.comm import _run_tf, time_pair
+
+    job, n = spec.job, len(spec.tasks)
+    config = spec.session_config()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(f"/job:{job}/replica:0/task:{task}/device:CPU:0"):
+            m = tf.Variable(tf.random.uniform([256, 256], -1.0, 1.0) / 256.0, name="step_probe")
+            x = m.read_value()
+            for _ in range(MESSAGE_CHAIN):
+                x = tf.matmul(x, m)
+            chain = tf.reduce_sum(x[:1, :1]).op
+        values = []
+        for t in range(n):
+            with tf.device(f"/job:{job}/replica:0/task:{t}/device:CPU:0"):
+                values.append(tf.Variable(tf.zeros([4]), name=f"step_value{t}").read_value())
+        for k in range(COLLECTIVE_PROBES):        # each all-reduce reads the one before: one after another
+            out = []
+            for t in range(n):
+                with tf.device(f"/job:{job}/replica:0/task:{t}/device:CPU:0"):
+                    out.append(tf.raw_ops.CollectiveReduceV2(
+                        input=values[t], group_size=tf.constant(n), group_key=tf.constant(COPY_KEY + n * n + 1),
+                        instance_key=tf.constant(COPY_KEY + 64 + task * COLLECTIVE_PROBES + k), ordering_token=[],
+                        merge_op="Add", final_op="Id"))
+            values = out
+        ends = []
+        for t in range(n):
+            with tf.device(f"/job:{job}/replica:0/task:{t}/device:CPU:0"):
+                ends.append(tf.identity(values[t][:1]).op)
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(spec.target, graph=g, config=config) as sess:
+        _run_tf(lambda: sess.run(init), f"all-reduce steps of task {task}: init")
+        both, alone = _run_tf(lambda: time_pair(lambda: sess.run([chain, *ends]), lambda: sess.run(chain),
+                                                repeats, warmup=2), f"all-reduce steps of task {task}")
+    return max(both - alone, 0.0) / (COLLECTIVE_PROBES * 2 * (n - 1))
+
+
 def measure_copy(spec: ClusterSpec, pairs: Sequence[dict], speeds: Sequence[float] | None, repeats: int = 3) -> float:
     """Seconds per byte a CPU task at speed 1.0 (the fastest) spends on a cross-process all-reduce's
     data beyond what its link takes (gRPC copies and serialisation, the sums): two tasks (the pair
@@ -173,79 +231,80 @@ def measure_copy(spec: ClusterSpec, pairs: Sequence[dict], speeds: Sequence[floa
     speed = (lambda t: 1.0) if speeds is None else (lambda t: float(speeds[t]))
     best = max(pairs, key=lambda p: (float(p["bandwidth"]), min(speed(t) for t in p["tasks"])))
     a, b = best["tasks"]
-    seconds = [_all_reduce_time(spec, a, b, nbytes, COPY_KEY + k, repeats) for k, nbytes in enumerate(COPY_SIZES)]
+    seconds = [_all_reduce_time(spec, (a, b), nbytes, COPY_KEY + k, repeats) for k, nbytes in enumerate(COPY_SIZES)]
     per_byte = (seconds[1] - seconds[0]) / (COPY_SIZES[1] - COPY_SIZES[0]) - 1.0 / float(best["bandwidth"])
     return max(per_byte, 0.0) * min(speed(a), speed(b))
 
 
-def _all_reduce_time(spec: ClusterSpec, a: int, b: int, nbytes: int, instance: int, repeats: int) -> float:
-    """Seconds of one CollectiveReduceV2 of `nbytes` between tasks a and b (less reading its inputs)."""
+def _all_reduce_time(spec: ClusterSpec, tasks: Sequence[int], nbytes: int, instance: int, repeats: int) -> float:
+    """Seconds of one CollectiveReduceV2 of `nbytes` over `tasks` (less reading its inputs)."""
     import tensorflow as tf
 
     from tag_tf.measure.comm import _run_tf, time_pair
 
-    job = spec.job
-    config = spec.session_config(device_filters=sorted({f"/job:{job}/task:{k}" for k in (0, a, b)}))
+    job, n = spec.job, len(spec.tasks)
+    # One group per task set: a pair (a, b) is a * n + b, every task together n * n.
+    group = COPY_KEY + (tasks[0] * n + tasks[1] if len(tasks) == 2 else n * n)
+    config = spec.session_config(device_filters=sorted({f"/job:{job}/task:{k}" for k in (0, *tasks)}))
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     g = tf.Graph()
     with g.as_default():
         xs, heads, ends = [], [], []
-        for i, t in enumerate((a, b)):
+        for i, t in enumerate(tasks):
             with tf.device(f"/job:{job}/replica:0/task:{t}/device:CPU:0"):
                 xs.append(tf.Variable(tf.random.uniform([nbytes // 4], seed=i), name=f"copy_probe{i}").read_value())
                 heads.append(tf.identity(xs[-1][:1]).op)
-        for i, t in enumerate((a, b)):
+        for i, t in enumerate(tasks):
             with tf.device(f"/job:{job}/replica:0/task:{t}/device:CPU:0"):
-                y = tf.raw_ops.CollectiveReduceV2(input=xs[i], group_size=tf.constant(2),
-                                                  group_key=tf.constant(COPY_KEY + a * len(spec.tasks) + b),
-                                                  instance_key=tf.constant(instance), ordering_token=[],
-                                                  merge_op="Add", final_op="Id")
+                y = tf.raw_ops.CollectiveReduceV2(input=xs[i], group_size=tf.constant(len(tasks)),
+                                                  group_key=tf.constant(group), instance_key=tf.constant(instance),
+                                                  ordering_token=[], merge_op="Add", final_op="Id")
                 ends.append(tf.identity(y[:1]).op)
         init = tf.compat.v1.global_variables_initializer()
     with tf.compat.v1.Session(spec.target, graph=g, config=config) as sess:
-        _run_tf(lambda: sess.run(init), "collective copy cost: init")
+        _run_tf(lambda: sess.run(init), "collective probe: init")
         step, base = _run_tf(lambda: time_pair(lambda: sess.run(ends), lambda: sess.run(heads), repeats, warmup=1),
-                             "collective copy cost")
+                             "collective probe")
     return max(step - base, 0.0)
 
 
 def measure_fabric(spec: ClusterSpec, pairs: Sequence[dict], repeats: int = 3) -> dict:
-    """What the network carries with every pair moving at once (a ring all-reduce's steps): each pair's
-    rate measured concurrently, summed: {"fabric": bytes/s or None, "concurrent": [bytes/s per pair]}.
-    None where the sum is at least FABRIC_SHARED of the pairs' own bandwidths summed (a non-blocking
-    switch: each link its own). On an emulated cluster every link runs through one kernel: three pairs
-    at once moved 67-82 MB/s each where one alone moved 113."""
-    import threading
+    """What the network carries with every task sending at once, the way a ring all-reduce over
+    every task moves it: the tasks all-reduce two sizes with TensorFlow's CollectiveReduceV2 (its
+    ring over gRPC, each task sending to the next while it receives from the one before); the slope
+    between the sizes gives each hop's rate (2(n-1)/n of the data crosses every hop). {"fabric": n x
+    that rate, or None where the hops move at least FABRIC_SHARED of the ring's slowest link alone
+    (nothing beyond the links limits them); "ring_hop": bytes/s per hop}.
 
-    from tag_tf.measure.comm import measure_p2p
-
-    if len(spec.tasks) < 3:             # one pair: nothing moves beside it
-        return {"fabric": None, "concurrent": None}
-    found: dict[int, float] = {}
-    failed: list[BaseException] = []
-
-    def one(k: int, a: int, b: int) -> None:
-        try:
-            (sample,) = measure_p2p((FABRIC_SIZE,), repeats=repeats, warmup=1, cluster=_Pair(spec, a, b),
-                                    chain_budget=PROBE_BUDGET)
-            found[k] = FABRIC_SIZE / sample[1] if sample[1] > 0 else math.inf
-        except BaseException as e:      # re-raised below, in the caller's thread
-            failed.append(e)
-
-    for _ in range(FABRIC_TRIES):       # a pair whose time noise swamped (none left after the base) is measured again
-        threads = [threading.Thread(target=one, args=(k, *p["tasks"]), daemon=True) for k, p in enumerate(pairs)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if failed:
-            raise failed[0]
-        if all(math.isfinite(found[k]) for k in range(len(pairs))):
-            break
-    concurrent = [found[k] for k in range(len(pairs))]
-    total, alone = sum(concurrent), sum(float(p["bandwidth"]) for p in pairs)
-    return {"fabric": total if math.isfinite(total) and total < FABRIC_SHARED * alone else None,
-            "concurrent": concurrent}
+    Every pair moving whole tensors at once, ping-pong (what this measured before), is not what a
+    ring does and measured less than the ring's all-reduces then took: emulated compute cluster
+    (speeds 1 : 0.5 : 0.25, 1 Gbit/s links), 65-70 MB/s per pair where the ring moved 99-104 MB/s
+    per hop, and the plans' all-reduces ran at the ring's rate (data-parallel steps of the mlp and
+    the cnn 12-34% below their predictions). On the same cluster another day the ring moved 75 MB/s
+    per hop: what the hosts' CPUs and the one kernel moving every link's packets leave varies, and
+    is measured with the cluster it describes."""
+    n = len(spec.tasks)
+    if n < 3:             # one pair: nothing moves beside it (measure_copy times the pair's all-reduce)
+        return {"fabric": None, "ring_hop": None}
+    tasks = list(range(n))
+    bandwidth = {frozenset(map(int, p["tasks"])): float(p["bandwidth"]) for p in pairs}
+    slowest = min(bandwidth.get(frozenset((t, (t + 1) % n)), math.inf) for t in tasks)
+    # The larger all-reduce moves its hops in about RING_SECONDS over the slowest link, 8 MB at most.
+    large = int(min(RING_SIZES[1], slowest * RING_SECONDS * n / (2 * (n - 1))))
+    sizes = (max(large // 8, 4 << 10), max(large, 32 << 10))
+    # Other work on the tasks' cores only ever slows a ring: the fastest of RING_PASSES passes is what
+    # the ring moves (the same cluster measured 72 and 99 MB/s per hop in two discoveries minutes
+    # apart, one pass each; the plans' fused all-reduces then ran at about 99).
+    hop = 0.0
+    for k in range(RING_PASSES):
+        seconds = [_all_reduce_time(spec, tasks, nbytes, COPY_KEY + len(COPY_SIZES) + 2 * k + i, repeats)
+                   for i, nbytes in enumerate(sizes)]
+        slope = (seconds[1] - seconds[0]) / (sizes[1] - sizes[0])
+        if slope > 0:     # else noise swamped the sizes
+            hop = max(hop, 2.0 * (n - 1) / n / slope)
+    if hop <= 0:
+        return {"fabric": None, "ring_hop": None}
+    return {"fabric": n * hop if hop < FABRIC_SHARED * slowest else None, "ring_hop": hop}
 
 
 def measure_speeds(spec: ClusterSpec, repeats: int = 5, passes: int = SPEED_PASSES) -> list[float]:
@@ -421,8 +480,9 @@ def discover(spec: ClusterSpec, cache_dir: str | None = None, measure: bool = Tr
             try:
                 with open(path) as f:
                     links = json.load(f)
-                # measured before the driving cost, the pairs or the speeds were, or a speed moved: again
-                report["cached"] = all(k in links for k in ("drive_s", "speeds", "fabric", "messages", "copy")) and \
+                # measured before the driving cost, the pairs, the speeds or the ring were, or a speed moved: again
+                report["cached"] = all(k in links for k in ("drive_s", "speeds", "ring_hop", "messages", "copy",
+                                                                   "collective")) and \
                     len(links["pairs"]) == len(machines) * (len(machines) - 1) // 2 and \
                     (speeds is None or all(abs(f / c - 1.0) <= SPEED_MOVED for f, c in zip(speeds, links["speeds"])))
                 links = links if report["cached"] else None
@@ -433,6 +493,7 @@ def discover(spec: ClusterSpec, cache_dir: str | None = None, measure: bool = Tr
             links["speeds"] = speeds
             links["messages"] = measure_messages(spec, flops)
             links["copy"] = measure_copy(spec, links["pairs"], speeds)
+            links["collective"] = measure_collective_steps(spec)
             if path:
                 write_atomic(path, json.dumps(links, indent=1))
         report["links"] = links
@@ -444,6 +505,8 @@ def discover(spec: ClusterSpec, cache_dir: str | None = None, measure: bool = Tr
                     m["message"] = f"{seconds * 1e6:.4g}us"
                 if links["copy"] > 0:                           # at this task's speed
                     m["copy"] = f"{(1.0 if speeds is None else speeds[i]) / links['copy'] / 1e6:.4g}MB/s"
+                if links["collective"][i] > 0:
+                    m["collective"] = f"{links['collective'][i] * 1e6:.4g}us"
             matrix = link_matrix(links, len(machines))
             latency = f"{max(links['latency'], 1e-7) * 1e6:.6g}us"
             if matrix is not None:

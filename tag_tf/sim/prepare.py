@@ -78,6 +78,7 @@ class _Devices(TypedDict):
     dev_host: np.ndarray
     host_message: np.ndarray
     host_copy: np.ndarray
+    host_collective: np.ndarray
     machine_kind: np.ndarray
     dev_capacity: np.ndarray
     type_mem_bw: np.ndarray
@@ -173,6 +174,7 @@ class Prepared:
     num_hosts: int                # host executors (one per machine; "one" mode uses the first)
     host_message: np.ndarray      # float64 [H]: CPU seconds a cross-process message takes from each (Machine.message_s)
     host_copy: np.ndarray         # float64 [H]: CPU seconds per byte of an all-reduce between machines (1 / Machine.copy_bandwidth)
+    host_collective: np.ndarray   # float64 [H]: seconds an all-reduce step waits for each while it computes (Machine.collective_step_s)
     machine_kind: np.ndarray      # int32 [M]: machines of one kind are interchangeable (see machine_kinds)
     dev_capacity: np.ndarray      # int64 [D]: memory bytes
     type_mem_bw: np.ndarray       # float64 [T]: memory bandwidth, bytes/s (memcpy-like op costs)
@@ -373,6 +375,7 @@ def _device_arrays(topology: Topology, kinds: tuple[tuple[str, float], ...], cpu
             "host_message": np.array([m.message_s for m in topology.machines], dtype=np.float64),
             "host_copy": np.array([1.0 / m.copy_bandwidth if m.copy_bandwidth else 0.0 for m in topology.machines],
                                   dtype=np.float64),
+            "host_collective": np.array([m.collective_step_s for m in topology.machines], dtype=np.float64),
             "machine_kind": machine_kinds(topology),
             "dev_capacity": np.array([d.memory_bytes for d in devices], dtype=np.int64),
             "type_mem_bw": np.array([g.mem_bandwidth for g in gpus], dtype=np.float64),
@@ -389,6 +392,7 @@ def machine_kinds(topology: Topology) -> np.ndarray:
     for i, m in enumerate(topology.machines):
         key: Any = i if not topology.is_switch else (
             m.gpus, m.intra_bandwidth, m.intra_link, m.latency, m.speed, m.message_s, m.copy_bandwidth,
+            m.collective_step_s,
             topology.port_bandwidth(i)
             if topology.num_machines > 1 else None)
         out.append(kinds.setdefault(key, len(kinds)))

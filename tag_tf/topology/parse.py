@@ -22,6 +22,7 @@ File format (YAML shown; JSON is the same structure)::
         speed: 0.5                   # optional: compute speed against its type's numbers (default 1)
         message: 250us               # optional: CPU time a cross-process message takes from it (default 0)
         copy: 400MB/s                # optional: what its CPU moves of an all-reduce beyond the link (default: free)
+        collective: 1ms              # optional: how long each all-reduce step waits for it while it computes (default 0)
     inter:
       switch: 100Gbps                # every machine's port bandwidth (unless its nic says otherwise)
       latency: 25us                  # optional, default 25 us
@@ -86,7 +87,7 @@ from tag_tf.topology.units import (
 DEFAULT_LINK_BANDWIDTH = {"nvlink": 50e9, "pcie": 15.75e9, "local": 100e9}   # bytes/s
 
 _TOP_KEYS = ("name", "description", "units", "machines", "inter", "gpu_types", "input")
-_MACHINE_KEYS = ("name", "gpus", "intra", "nic", "replicas", "speed", "message", "copy")
+_MACHINE_KEYS = ("name", "gpus", "intra", "nic", "replicas", "speed", "message", "copy", "collective")
 _GPU_KEYS = ("type", "count", "memory")
 _INTRA_KEYS = ("link", "bandwidth", "latency")
 _INTER_KEYS = ("switch", "matrix", "latency", "fabric", "collectives")
@@ -285,7 +286,10 @@ class _Reader:
             self.fail(f"{field}.message", f"expected less than a second per message, got {message!r} s")
         names = [name] if "replicas" not in m else [f"{name}-{k}" for k in range(replicas)]
         copy = self.bandwidth(m["copy"], f"{field}.copy") if m.get("copy") is not None else None
-        return [Machine(n, gpus, bw, link, nic, latency, float(speed), message, copy) for n in names]
+        step = self.time(m.get("collective", 0.0), f"{field}.collective")
+        if step >= 1.0:
+            self.fail(f"{field}.collective", f"expected less than a second per all-reduce step, got {step!r} s")
+        return [Machine(n, gpus, bw, link, nic, latency, float(speed), message, copy, step) for n in names]
 
     def gpus(self, value: object, field: str) -> tuple[GpuSpec, ...]:
         items = value if isinstance(value, list) else [value]

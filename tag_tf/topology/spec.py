@@ -89,6 +89,11 @@ class Machine:
     # its link takes (gRPC copies, serialisation, the sums; discovery measures it on CPU tasks; rings
     # of three or more overlap it with their transfers, kernels/expand.h); None: not charged.
     copy_bandwidth: float | None = None
+    # Seconds each step of an all-reduce between machines waits for this machine while it computes
+    # (a step is a message it takes, sums and passes on; discovery measures it on CPU tasks: on a
+    # quarter of a core its quota runs out within steps): a ring's steps take at least the slowest
+    # member's. 0: the link's latency alone.
+    collective_step_s: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", tuple(self.gpus))
@@ -117,6 +122,10 @@ class Machine:
             raise TopologyError(f"{where}: message: must be a number of seconds in [0, 1), got {self.message_s!r}")
         if self.copy_bandwidth is not None:
             _check_bw(self.copy_bandwidth, f"{where}: copy")
+        if isinstance(self.collective_step_s, bool) or not isinstance(self.collective_step_s, (int, float)) \
+                or not 0 <= self.collective_step_s < 1.0:
+            raise TopologyError(f"{where}: collective: must be a number of seconds in [0, 1), got "
+                                f"{self.collective_step_s!r}")
         if self.intra_latency is not None:
             _check_latency(self.intra_latency, f"{where}: intra.latency")
 
@@ -166,7 +175,8 @@ class Topology:
     gpu_types: tuple[GpuType, ...] = ()   # custom GPU types, in addition to GPU_TYPES
     # What the network carries at once with every machine sending (bytes/s; None: non-blocking, each
     # link its own bandwidth). A ring over m machines moves each hop at most fabric / m. Measured by
-    # discovery where concurrent transfers share something (an emulated cluster's one kernel).
+    # discovery where a ring all-reduce over every machine moves its hops slower than its links alone
+    # (an emulated cluster's one kernel and its hosts' CPUs).
     fabric_bandwidth: float | None = None
     # How GPU all-reduces across machines run: "ring" (one flat ring over every member, the model the
     # paper's clusters were calibrated with) or "hierarchical" (also NCCL's and Horovod's two-level
@@ -387,6 +397,8 @@ class Topology:
                 md["message"] = m.message_s
             if m.copy_bandwidth is not None:        # likewise
                 md["copy"] = m.copy_bandwidth
+            if m.collective_step_s:                 # likewise
+                md["collective"] = m.collective_step_s
             machines.append(md)
         inter: dict = {"latency": self.inter_latency}
         if isinstance(self.inter_bandwidth, tuple):
@@ -433,6 +445,7 @@ class Topology:
             nic += f", speed {m.speed:.3g}x" if m.speed != 1.0 else ""
             nic += f", {format_time(m.message_s)} CPU per message" if m.message_s else ""
             nic += f", collectives' CPU {format_bandwidth(m.copy_bandwidth)}" if m.copy_bandwidth else ""
+            nic += f", {format_time(m.collective_step_s)} per all-reduce step" if m.collective_step_s else ""
             lines.append(f"  machine {mi} {m.name!r}: {kinds}; devices {_span(ids)}; "
                          f"{m.intra_link} {format_bandwidth(m.intra_bandwidth)}, "
                          f"latency {format_time(m.latency)}{nic}")

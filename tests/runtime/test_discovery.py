@@ -79,17 +79,30 @@ def test_a_server_that_reports_nothing_is_taken_from_the_cluster_file():
     del server
 
 
-def test_every_pair_at_once_is_measured_and_a_shared_network_says_so():
-    """measure_fabric: each pair's rate with every pair moving at once; the fabric is reported where
-    their sum falls below FABRIC_SHARED of the pairs' own bandwidths, and discovery puts it in the
-    topology."""
+def test_a_ring_all_reduce_over_every_task_is_measured_and_a_shared_network_says_so():
+    """measure_fabric: a CollectiveReduceV2 ring over every task at two sizes gives each hop's rate;
+    the fabric (the hops' rate x the tasks) is reported where the hops move less than FABRIC_SHARED
+    of the ring's slowest link alone, and not where the links alone explain them."""
     from tag_tf.measure.links import FABRIC_SHARED, measure_fabric
 
     with local_cluster(3, 1) as (spec, _):
         pairs = [{"tasks": [a, b], "bandwidth": 1e15} for a, b in ((0, 1), (0, 2), (1, 2))]   # links "alone": huge
         found = measure_fabric(spec, pairs, repeats=1)
-        assert len(found["concurrent"]) == 3 and all(r > 0 for r in found["concurrent"])
-        assert found["fabric"] == pytest.approx(sum(found["concurrent"]))    # below 0.8 x 3e15: shared
-        pairs = [dict(p, bandwidth=1.0) for p in pairs]                          # links "alone": 1 B/s
-        assert measure_fabric(spec, pairs, repeats=1)["fabric"] is None
+        assert 1e6 < found["ring_hop"] < 1e12          # loopback gRPC between three processes
+        assert found["fabric"] == pytest.approx(3 * found["ring_hop"])
+        pairs = [dict(p, bandwidth=found["ring_hop"] / 4) for p in pairs]   # links slower than the ring moved
+        again = measure_fabric(spec, pairs, repeats=1)
+        assert again["fabric"] is None and again["ring_hop"] > 0
+        assert measure_fabric(ClusterSpec(spec.tasks[:2], spec.job), pairs[:1]) == {"fabric": None, "ring_hop": None}
     assert 0 < FABRIC_SHARED < 1
+
+
+def test_each_tasks_all_reduce_steps_are_measured_while_it_computes():
+    """measure_collective_steps: per task, what tiny all-reduces over every task, one after another,
+    add to a chain of products on that task, per step; nothing for a cluster of one task."""
+    from tag_tf.measure.links import measure_collective_steps
+
+    with local_cluster(3, 1) as (spec, _):
+        steps = measure_collective_steps(spec, repeats=3)
+        assert len(steps) == 3 and all(0 <= s < 0.05 for s in steps)
+    assert measure_collective_steps(ClusterSpec(spec.tasks[:1], spec.job)) == []

@@ -1,6 +1,6 @@
 """A network that carries less at once than its links alone (Topology.fabric_bandwidth: an emulated
 cluster's links all run through one kernel): a ring over m machines moves each hop at most fabric / m.
-Discovery measures it with every pair moving at once (measure.links.measure_fabric)."""
+Discovery measures it with a ring all-reduce over every task (measure.links.measure_fabric)."""
 from __future__ import annotations
 
 import pytest
