@@ -194,7 +194,7 @@ def describe_run(d) -> dict:
                      "whole_replicas": bool(strategy.whole_replicas), "sfb": len(strategy.sfb),
                      "shares": None if shares is None else [round(x / sum(shares), 3) for x in shares],   # of `devices`
                      "one_device": len(devices) == 1, "microbatches": strategy.microbatches,
-                     "fusion_bytes": strategy.fusion_bytes,
+                     "fusion_bytes": strategy.fusion_bytes, "as_written": bool(program.as_written),
                      "stages": len({g.devices for g in strategy.groups}) if strategy.microbatches > 1 else None},
             "predicted_ms": predicted * 1e3, "client_ms": report.client_s * 1e3, "planned_s": plan.seconds,
             "cache_hit": plan.cache_hit,
@@ -363,8 +363,9 @@ def verdicts(data: dict) -> dict:
             best_base = min(baselines, key=baselines.get) if baselines else None
             plan = rows["tag-auto"].get("plan") or {}
             chief = c["cluster"]["hosts"][0]["name"] if c.get("cluster") else None
-            ties = [k for k in baselines if (same_plan(plan, None, chief) if k == "plain" else
-                                             k not in PLAIN_ROWS and same_plan(plan, rows[k].get("plan"), chief))]
+            written = ran_as_written(rows["tag-auto"])
+            ties = [k for k in baselines if (same_plan(plan, None, chief) and (k == "plain-as-written") == written
+                                             if k in PLAIN_ROWS else same_plan(plan, rows[k].get("plan"), chief))]
             others = {k: x for k, x in baselines.items() if k not in ties}
             best_other = min(others, key=others.get) if others else None
             v = {"auto_ms": t["tag-auto"], "best_baseline": best_base, "same_plan_as": ties,
@@ -401,10 +402,19 @@ def verdicts(data: dict) -> dict:
     return out
 
 
+def ran_as_written(row: dict) -> bool:
+    """Whether a tag_tf row ran its graph with TensorFlow's rewrites off (its profile measured them
+    slower): the plan says so; rows from before it did, their log ("runs as written")."""
+    plan = row.get("plan") or {}
+    if "as_written" in plan:
+        return bool(plan["as_written"])
+    return any("runs as written" in line for line in row.get("log") or ())
+
+
 def same_plan(auto: dict, other: dict | None, chief: str | None) -> bool:
     """Whether a row ran auto's plan: the same devices, options, SFB and batch shares (a baseline), or
     (`other` None: the plain program) auto keeps the model on one device of the chief's host, where
-    the program runs alone. Such rows differ by measurement noise only. A plan without shares splits
+    the program runs alone (with TensorFlow's rewrites or without, as auto ran: `ran_as_written`). Such rows differ by measurement noise only. A plan without shares splits
     the batch evenly: dp-p's shares on equal hosts are dp's."""
     if not auto:
         return False

@@ -159,6 +159,13 @@ def test_rows_that_ran_autos_plan_are_named_and_auto_is_also_judged_against_the_
     assert v["same_plan_as"] == ["plain", "tag-best-subset"]
     assert v["auto_over_best_baseline"] == pytest.approx(1.7 / 1.6)
     assert v["auto_over_best_other_plan"] == pytest.approx(1.7 / 1.9)
+    # auto ran its one device with TensorFlow's rewrites off: the plain program as written ran its plan
+    # (said by the plan, or by the run's log in rows from before the plan said it)
+    for auto in (row(1.7, dict(one, as_written=True)), dict(row(1.7, one), log=["tag_tf: ... 2.56x: runs as written"])):
+        v = verdicts({"clusters": {"compute": dict(data["clusters"]["compute"], models={
+            "mlp": dict(rows, **{"tag-auto": auto})})}})["compute/mlp"]
+        assert v["same_plan_as"] == ["plain-as-written", "tag-best-subset"]
+        assert v["auto_over_best_other_plan"] == pytest.approx(1.7 / 1.6)
 
 
 def test_the_predicted_order_is_judged_on_distinct_plans_with_ties_at_their_average_rank():
