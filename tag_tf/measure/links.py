@@ -145,11 +145,7 @@ def _message_cost(spec: ClusterSpec, task: int, partner: int, repeats: int) -> f
     g = tf.Graph()
     with g.as_default():
         with tf.device(here):
-            m = tf.Variable(tf.random.uniform([256, 256], -1.0, 1.0) / 256.0, name="message_probe")
-            x = m.read_value()
-            for _ in range(MESSAGE_CHAIN):
-                x = tf.matmul(x, m)
-            chain = tf.reduce_sum(x[:1, :1]).op
+            chain = _busy_chain("message_probe")
         moved = []
         for src, dst, tag in ((there, here, "in"), (here, there, "out")):
             with tf.device(src):
@@ -162,6 +158,18 @@ def _message_cost(spec: ClusterSpec, task: int, partner: int, repeats: int) -> f
         both, alone = _run_tf(lambda: time_pair(lambda: sess.run([chain, *moved]), lambda: sess.run(chain),
                                                 repeats, warmup=2), f"message cost of task {task}")
     return max(both - alone, 0.0) / (2 * MESSAGES)
+
+
+def _busy_chain(name: str) -> object:
+    """MESSAGE_CHAIN 256x256 matrix products on the current device (the work a probe times its
+    messages or all-reduces beside): the op that ends them."""
+    import tensorflow as tf
+
+    m = tf.Variable(tf.random.uniform([256, 256], -1.0, 1.0) / 256.0, name=name)
+    x = m.read_value()
+    for _ in range(MESSAGE_CHAIN):
+        x = tf.matmul(x, m)
+    return tf.reduce_sum(x[:1, :1]).op
 
 
 def measure_collective_steps(spec: ClusterSpec, repeats: int = 7) -> list[float]:
@@ -188,11 +196,7 @@ def _collective_step(spec: ClusterSpec, task: int, repeats: int) -> float:
     g = tf.Graph()
     with g.as_default():
         with tf.device(f"/job:{job}/replica:0/task:{task}/device:CPU:0"):
-            m = tf.Variable(tf.random.uniform([256, 256], -1.0, 1.0) / 256.0, name="step_probe")
-            x = m.read_value()
-            for _ in range(MESSAGE_CHAIN):
-                x = tf.matmul(x, m)
-            chain = tf.reduce_sum(x[:1, :1]).op
+            chain = _busy_chain("step_probe")
         values = []
         for t in range(n):
             with tf.device(f"/job:{job}/replica:0/task:{t}/device:CPU:0"):
@@ -280,8 +284,8 @@ def measure_fabric(spec: ClusterSpec, pairs: Sequence[dict], repeats: int = 3) -
     ring does and measured less than the ring's all-reduces then took: emulated compute cluster
     (speeds 1 : 0.5 : 0.25, 1 Gbit/s links), 65-70 MB/s per pair where the ring moved 99-104 MB/s
     per hop, and the plans' all-reduces ran at the ring's rate (data-parallel steps of the mlp and
-    the cnn 12-34% below their predictions). On the same cluster another day the ring moved 75 MB/s
-    per hop: what the hosts' CPUs and the one kernel moving every link's packets leave varies, and
+    the cnn 12-34% below their predictions). On the same cluster in a scratch run hours later the
+    ring moved 75 MB/s per hop: what the hosts' CPUs and the one kernel moving every link's packets leave varies, and
     is measured with the cluster it describes."""
     n = len(spec.tasks)
     if n < 3:             # one pair: nothing moves beside it (measure_copy times the pair's all-reduce)
@@ -294,7 +298,8 @@ def measure_fabric(spec: ClusterSpec, pairs: Sequence[dict], repeats: int = 3) -
     sizes = (max(large // 8, 4 << 10), max(large, 32 << 10))
     # Other work on the tasks' cores only ever slows a ring: the fastest of RING_PASSES passes is what
     # the ring moves (the same cluster measured 72 and 99 MB/s per hop in two discoveries minutes
-    # apart, one pass each; the plans' fused all-reduces then ran at about 99).
+    # apart, one pass each; in the run that read 72, the cnn's, its fused all-reduce plans ran 15-28%
+    # faster than predicted with it).
     hop = 0.0
     for k in range(RING_PASSES):
         seconds = [_all_reduce_time(spec, tasks, nbytes, COPY_KEY + len(COPY_SIZES) + 2 * k + i, repeats)
