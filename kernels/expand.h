@@ -1332,7 +1332,12 @@ class Expander {
       const int32_t a = p_.c_src[k], b = p_.c_dst[k];
       const Layout& la = layouts_[op_layout_[a]];
       const Layout& lb = layouts_[op_layout_[b]];
-      if (la.size() > 1 && la.mode == lb.mode && la.devs == lb.devs) {
+      // Same rule as the compiler (GraphBuilder._wire_control): same replicas, or replicas holding
+      // the same rows (a pipeline's stages), pair up; otherwise every instance waits for every one.
+      bool paired = la.size() > 1 && la.mode == lb.mode && (la.devs == lb.devs || lines_up(la, lb));
+      if (paired)
+        for (int32_t j : lb.emit) paired &= la.slot[j] >= 0;
+      if (paired) {
         for (int32_t j : lb.emit) edge(instance(a, j), instance(b, j), false);
       } else {
         for (int32_t j : lb.emit)

@@ -178,8 +178,11 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
             node = nodes[inst]
             for c in src.control_inputs:
                 clay = self.placement.of(c)
-                # Same replicas: replica j waits for replica j; otherwise for every instance.
-                if clay.size > 1 and clay.mode is lay.mode and clay.devices == lay.devices:
+                # Same replicas, or replicas holding the same rows (a pipeline's stages: micro-batch m
+                # of one waits for micro-batch m of the other): replica j waits for replica j;
+                # otherwise for every instance. Waiting for every micro-batch, each `tf.tuple` of a
+                # gradient whose ops two stages share joined the micro-batches' backward passes.
+                if clay.size > 1 and clay.mode is lay.mode and (clay.devices == lay.devices or clay.lines_up(lay)):
                     deps = [self.instances[c][j]]
                 else:
                     deps = self.instances[c]

@@ -333,3 +333,24 @@ def test_two_server_processes_of_two_devices_one_stage_each():
     plan = pipeline_plan(a, [(0, 1), (2, 3)], 4)
     with local_cluster(2, 2, timeout_ms=60_000) as (spec, _):
         verify("bert-small", plan, 4, target=spec.target, config=spec.session_config(), dm=devices)
+
+
+@pytest.mark.parametrize("name", ["transformer", "bert-small"])
+def test_no_micro_batch_waits_for_another_micro_batchs_ops(name):
+    """A control edge between two stages' micro-batched ops pairs micro-batch m with micro-batch m.
+    Each gradient's `tf.tuple` (an Identity waiting for a NoOp that joins the gradient's ops) whose
+    ops two stages share waited for every micro-batch's NoOp: each micro-batch's backward pass then
+    joined all the others at every such layer, and on an emulated 3-host cluster the transformer's
+    pipelined step ran 234 ms where 151 ms was predicted (190 ms with this pairing)."""
+    _, a = analysis_of(name)
+    compiled = compile_strategy(PassContext(), a, pipeline_plan(a, [(0,), (1,), (2,)], 4), DeviceMap.local_cpus(3))
+    crossing = []
+    for node in compiled.graph_def.node:
+        m = node.name.split("/")[0]
+        if not m.startswith("tag_r"):
+            continue
+        crossing += [(node.name, i) for i in node.input
+                     if i.startswith("^tag_r") and i[1:].split("/")[0] != m]
+    assert not crossing, (len(crossing), crossing[:3])
+    devices = {n.device for n in compiled.graph_def.node if n.name.startswith("tag_r1/gradients/")}
+    assert len(devices) == 3           # micro-batch 1's backward pass runs on every stage
