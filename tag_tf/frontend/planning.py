@@ -26,7 +26,7 @@ from tag_tf.deadline import Deadline
 from tag_tf.errors import StrategyError
 from tag_tf.placement.layout import validated_duplicates
 from tag_tf.search.registry import Names, baseline_names, fallback_baselines, whole_replica_baselines
-from tag_tf.sim.client import Client, fed_bytes
+from tag_tf.sim.client import Client, fed_bytes, feeds_of
 from tag_tf.strategy import SfbCut, Strategy
 
 if TYPE_CHECKING:
@@ -452,7 +452,7 @@ def one_device_plan(sim: Simulator, analysis: Analysis, topology: Topology, driv
 
     best: tuple[Strategy | None, float] = (None, math.inf)
     seen = set()
-    own = Client(fed_bytes(analysis), drive_s, between_graph=False)    # where `sim` has no client
+    own = Client(fed_bytes(analysis), drive_s, between_graph=False, feeds=feeds_of(analysis))    # where `sim` has no client
     for d in topology.devices:
         kind = (d.machine, d.type)
         if kind in seen:
@@ -461,7 +461,7 @@ def one_device_plan(sim: Simulator, analysis: Analysis, topology: Topology, driv
         plan = Strategy.uniform(len(analysis.grouping.groups), (d.id,), Option.ALLREDUCE)
         t = sim.simulate(plan).iteration_time_s
         if sim.client is None:
-            t += own.charge(plan, topology)
+            t += own.charge(plan, topology, analysis.op_groups)
         if math.isfinite(t) and t < best[1]:
             best = (plan, t)
     return best
@@ -618,7 +618,7 @@ def client_for(analysis: Analysis, topology: Topology, drive_s: float) -> Client
     in the paper's in-graph runs)."""
     if drive_s <= 0 or topology.num_machines < 2:
         return None
-    return Client(fed_bytes(analysis), drive_s, between_graph=True)
+    return Client(fed_bytes(analysis), drive_s, between_graph=True, feeds=feeds_of(analysis))
 
 
 def _calibration_key(calibration: CalibrationChoice, topology: Topology) -> str:

@@ -7,8 +7,11 @@ drive its own part (between-graph execution: only plans of whole replicas that m
 `Strategy.whole_replicas`, spanning two or more tasks). A plan the client drives pays, every step:
 
 - the batch's move to the other machines it places work on: each machine's part of the fed bytes
-  (its devices' batch shares) over the client's link to it, the links in parallel, the slowest one
-  setting the time (the feed precedes the step's compute there);
+  over the client's link to it, the links in parallel, the slowest one setting the time (the feed
+  precedes the step's compute there). A machine's part of one input is its devices' batch shares
+  among the devices of the groups reading that input: a pipeline's first stage takes the features,
+  its last the labels, and the stages between read neither (charged by every device's share, the
+  compute cluster's pipelined mlp was predicted 17% slow);
 - one round trip to drive each other machine (`drive_s`, measured by discovery:
   `measure.links.measure_drive`).
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -39,14 +43,18 @@ class Client:
     drive_s: float = 0.0
     between_graph: bool = True
     machine: int = 0
+    # Each fed input: its bytes and the planned ops reading it (`feeds_of`); empty: every device
+    # reads its share of all of `fed_bytes`.
+    feeds: tuple[Feed, ...] = ()
 
     def drives_itself(self, strategy: Strategy, topology: Topology) -> bool:
         """Whether every task drives and feeds its own part of `strategy` (between-graph: whole
         replicas on two or more machines): nothing to charge, and each task reads its own inputs."""
         return self.between_graph and strategy.whole_replicas and len(strategy.machines(topology)) > 1
 
-    def charge(self, strategy: Strategy, topology: Topology) -> float:
-        """Seconds the client adds to each step of `strategy` on `topology`."""
+    def charge(self, strategy: Strategy, topology: Topology, op_groups: Sequence[int] | None = None) -> float:
+        """Seconds the client adds to each step of `strategy` on `topology` (`op_groups`: the group
+        of each planned op, which says who reads each of `feeds`)."""
         if self.drives_itself(strategy, topology):
             return 0.0
         used = strategy.machines(topology)
@@ -58,18 +66,61 @@ class Client:
             return math.inf
         devices = sorted({d for g in strategy.groups for d in g.devices})
         weights = {d: (1.0 if strategy.shares is None else float(strategy.shares[d])) for d in devices}
-        total = sum(weights.values()) or 1.0
+        parts = dict.fromkeys(others, 0.0)
+        if self.feeds and op_groups is not None:
+            for f in self.feeds:
+                readers = sorted({d for i in f.readers for d in strategy.groups[op_groups[i]].devices})
+                total = sum(weights[d] for d in readers) or 1.0
+                for d in readers:
+                    if topology.devices[d].machine in parts:
+                        parts[topology.devices[d].machine] += f.nbytes * weights[d] / total
+        else:
+            total = sum(weights.values()) or 1.0
+            for d in devices:
+                if topology.devices[d].machine in parts:
+                    parts[topology.devices[d].machine] += self.fed_bytes * weights[d] / total
         feed = 0.0
         for m in others:
-            here = [d for d in devices if topology.devices[d].machine == m]
-            part = self.fed_bytes * sum(weights[d] for d in here) / total
-            feed = max(feed, part / topology.bandwidth(client, here[0]) + topology.latency(client, here[0]))
+            here = next(d for d in devices if topology.devices[d].machine == m)
+            if parts[m] > 0:
+                feed = max(feed, parts[m] / topology.bandwidth(client, here) + topology.latency(client, here))
         return feed + self.drive_s * len(others)
+
+
+@dataclasses.dataclass(frozen=True)
+class Feed:
+    """One input the client feeds: its bytes per step and the planned ops (indices) reading it."""
+
+    nbytes: float
+    readers: tuple[int, ...]
 
 
 def fed_bytes(analysis: Analysis) -> float:
     """Bytes the client feeds every step (the batch inputs at the planned batch size)."""
-    graph, total = analysis.graph, 0
+    return float(sum(nbytes for _, nbytes in _fed(analysis)))
+
+
+def feeds_of(analysis: Analysis) -> tuple[Feed, ...]:
+    """Each fed input's bytes per step and the planned ops reading it (an input no planned op
+    reads, e.g. one only an evaluation op takes, is left out)."""
+    from tag_tf.ir import TensorRef
+
+    graph, planning = analysis.graph, analysis.planning
+    index = {op: i for i, op in enumerate(planning.ops)}
+    out = []
+    for name, nbytes in _fed(analysis):
+        ref = TensorRef.parse(name)
+        readers = sorted({index[planning.host[op]] for op, _ in graph.consumers(ref)
+                          if op in planning.host and planning.host[op] in index})
+        if not readers and ref.op in planning.host and planning.host[ref.op] in index:
+            readers = [index[planning.host[ref.op]]]         # folded into the op that reads it
+        if readers:
+            out.append(Feed(float(nbytes), tuple(readers)))
+    return tuple(out)
+
+
+def _fed(analysis: Analysis) -> list[tuple[str, int]]:
+    graph, out = analysis.graph, []
     for name in graph.meta.feeds:
         try:
             t = graph.tensor(name)
@@ -79,5 +130,5 @@ def fed_bytes(analysis: Analysis) -> float:
         if not shape or any(n < 0 for n in shape[1:]):
             continue
         rows = shape[0] if shape[0] >= 0 else (analysis.batch_size or 1)
-        total += math.prod(shape[1:]) * int(rows) * t.itemsize
-    return float(total)
+        out.append((name, math.prod(shape[1:]) * int(rows) * t.itemsize))
+    return out

@@ -388,7 +388,7 @@ class Simulator:
         sim_ms = (time.perf_counter() - start) * 1e3
         report = self._report(out, sim_ms, detail)
         if self.client is not None and not report.oom:
-            charge = self.client.charge(strategy, self.topology)
+            charge = self.client.charge(strategy, self.topology, self.analysis.op_groups)
             if charge:
                 report = dataclasses.replace(report, iteration_time_s=report.iteration_time_s + charge, client_s=charge)
         return report
