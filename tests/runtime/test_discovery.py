@@ -12,7 +12,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from tag_tf.measure.links import discover, fit_link
+from tag_tf.measure.links import discover, fit_link, link_matrix, link_ports
 from tag_tf.runtime.cluster import ClusterSpec, free_ports, local_cluster
 from tag_tf.runtime.discovery import gather
 
@@ -35,6 +35,19 @@ def test_fit_link_keeps_the_latency_when_large_transfers_are_noisy():
     # The probe clamps a sample at 0 when noise swamps it: that sample must not take all the weight.
     bandwidth, latency = fit_link([(4 << 10, 0.0), *samples[1:]])
     assert 60e-6 < latency < 90e-6
+
+
+def test_pairs_a_slow_port_explains_become_ports_and_others_stay_pairs():
+    """A host behind a slow link makes every pair with it slow: the ports explain the pairs (a switch,
+    that host's nic). Pairs no ports explain (two hosts slow only to each other) stay a matrix."""
+    def links(bws):
+        return {"pairs": [{"tasks": list(k), "bandwidth": v} for k, v in bws.items()]}
+    fast, slow = 118e6, 6.1e6
+    star = links({(0, 1): fast, (0, 2): slow, (1, 2): 1.05 * slow})
+    assert link_ports(star, 3) == [fast, fast, 1.05 * slow]
+    assert link_ports(links({(0, 1): fast, (0, 2): 0.97 * fast, (1, 2): fast}), 3) is None    # one switch
+    odd = links({(0, 1): slow, (0, 2): fast, (1, 2): fast})      # 0 and 1 slow to each other alone
+    assert link_ports(odd, 3) is None and link_matrix(odd, 3) is not None
 
 
 def test_servers_report_devices_and_the_link_is_measured_once(tmp_path):
