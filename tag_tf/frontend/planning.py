@@ -524,8 +524,10 @@ def _cpus_only(topology: Topology) -> bool:
 
 
 def _alike(topology: Topology) -> bool:
-    """Every machine of one measured speed, and one switch between them (no bandwidth matrix)."""
-    return len({m.speed for m in topology.machines}) == 1 and not isinstance(topology.inter_bandwidth, tuple)
+    """Every machine of one measured speed, and one switch between them (no bandwidth matrix) on
+    ports of one bandwidth (a host behind a slower port, as discovery describes it, is not alike)."""
+    return (len({m.speed for m in topology.machines}) == 1 and not isinstance(topology.inter_bandwidth, tuple)
+            and len({topology.port_bandwidth(i) for i in range(topology.num_machines)}) == 1)
 
 
 def stamped(strategy: Strategy, analysis: Analysis, topology: Topology, name: str = "auto") -> Strategy:

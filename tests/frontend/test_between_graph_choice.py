@@ -116,6 +116,23 @@ def test_on_unequal_cpu_tasks_auto_searches_and_keeps_a_small_model_on_the_chief
     assert "every task drives its own part of each step; on CPU devices only whole replicas" not in caplog.text
 
 
+def test_equal_cpu_tasks_one_behind_a_slower_port_are_searched():
+    """Equal hosts, one behind a slower port (what discovery makes of a host whose every link is
+    slow): not alike, so auto searches (the whole-replica short-cut took even shares over all three
+    hosts of the emulated link cluster, where its searched plan on the two fast-linked ones had run
+    1.5x faster). Equal ports: the short-cut, as before."""
+    from tag_tf.frontend.planning import _alike
+
+    spec = {"name": "ports", "machines": [
+        {"name": "a", "gpus": "1x cpu", "intra": "local", "speed": 0.5},
+        {"name": "b", "gpus": "1x cpu", "intra": "local", "speed": 0.5},
+        {"name": "far", "gpus": "1x cpu", "intra": "local", "speed": 0.5, "nic": "50Mbps"}],
+        "inter": {"switch": "1Gbps", "latency": "60us"}}
+    assert not _alike(load_topology(spec))
+    spec["machines"][2].pop("nic")
+    assert _alike(load_topology(spec))
+
+
 def test_one_device_on_another_host_pays_the_batch_move_and_the_round_trip():
     """The client feeds every batch on the chief's host: a device elsewhere wins only where it is
     faster by more than moving the batch there and driving it (a simulator without a client)."""
