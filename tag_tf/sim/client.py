@@ -66,19 +66,15 @@ class Client:
             return math.inf
         devices = sorted({d for g in strategy.groups for d in g.devices})
         weights = {d: (1.0 if strategy.shares is None else float(strategy.shares[d])) for d in devices}
+        # Each input with the devices reading it (without `feeds`: all of it, read by every device).
+        inputs = ([(f.nbytes, sorted({d for i in f.readers for d in strategy.groups[op_groups[i]].devices}))
+                   for f in self.feeds] if self.feeds and op_groups is not None else [(self.fed_bytes, devices)])
         parts = dict.fromkeys(others, 0.0)
-        if self.feeds and op_groups is not None:
-            for f in self.feeds:
-                readers = sorted({d for i in f.readers for d in strategy.groups[op_groups[i]].devices})
-                total = sum(weights[d] for d in readers) or 1.0
-                for d in readers:
-                    if topology.devices[d].machine in parts:
-                        parts[topology.devices[d].machine] += f.nbytes * weights[d] / total
-        else:
-            total = sum(weights.values()) or 1.0
-            for d in devices:
+        for nbytes, readers in inputs:
+            total = sum(weights[d] for d in readers) or 1.0
+            for d in readers:
                 if topology.devices[d].machine in parts:
-                    parts[topology.devices[d].machine] += self.fed_bytes * weights[d] / total
+                    parts[topology.devices[d].machine] += nbytes * weights[d] / total
         feed = 0.0
         for m in others:
             here = next(d for d in devices if topology.devices[d].machine == m)
