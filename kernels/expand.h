@@ -1337,8 +1337,16 @@ class Expander {
       bool paired = la.size() > 1 && la.mode == lb.mode && (la.devs == lb.devs || lines_up(la, lb));
       if (paired)
         for (int32_t j : lb.emit) paired &= la.slot[j] >= 0;
+      // Stages of different widths micro-batched alike: micro-batch m waits for micro-batch m.
+      const bool by_micro = !paired && la.micro == lb.micro && la.micro > 1 && la.mode == kReplicated &&
+                            lb.mode == kReplicated;
       if (paired) {
         for (int32_t j : lb.emit) edge(instance(a, j), instance(b, j), false);
+      } else if (by_micro) {
+        const int32_t ka = la.size() / la.micro, kb = lb.size() / lb.micro;
+        for (int32_t j : lb.emit)
+          for (int32_t i : la.emit)
+            if (i / ka == j / kb) edge(instance(a, i), instance(b, j), false);
       } else {
         for (int32_t j : lb.emit)
           for (int32_t i : la.emit) edge(instance(a, i), instance(b, j), false);

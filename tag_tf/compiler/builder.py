@@ -16,6 +16,7 @@ GraphBuilder is assembled from parts, each in its own module:
   collectives.py  all-reduces and fused sums: reserved while the ops are emitted, bucketed and built
                   last (`_emit_collectives`), in one global order so that rings cannot deadlock
   shapes.py       row counts and Shape/Size values for shards and dynamic batches, in the graph
+  transfers.py    a pipeline's transfers between machines sent one after another, in micro-batch order
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from tag_tf.analysis.states import FULL, Flag, Kind, State
 from tag_tf.compiler.collectives import CollectivesMixin
 from tag_tf.compiler.devices import DeviceMap
 from tag_tf.compiler.shapes import ShapesMixin
+from tag_tf.compiler.transfers import TransfersMixin
 from tag_tf.errors import CompileError
 from tag_tf.ir import TensorRef
 from tag_tf.placement.layout import HOST, Layout, Mode, Placement, single
@@ -40,13 +42,14 @@ if TYPE_CHECKING:
     from tensorflow.core.framework.node_def_pb2 import NodeDef
 
 
-class GraphBuilder(CollectivesMixin, ShapesMixin):
+class GraphBuilder(CollectivesMixin, ShapesMixin, TransfersMixin):
     def __init__(self, analysis: Analysis, placement: Placement, devices: DeviceMap,
                  fusion_bytes: int | None = None, instance_key_base: int = 0, sync_after_backward: bool = False):
         super().__init__(analysis, placement, devices)       # BuilderBase: inputs, outputs, memo
         self._init_collectives(fusion_bytes, instance_key_base, sync_after_backward)
         self._training_ops = training_ops(self.graph)
         self._pipelined: bool | None = None
+        self.ordered_transfers = 0        # transfers between machines that wait for the one before (transfers.py)
 
     # =========================================================================================
     # Emission of the original ops
@@ -69,6 +72,10 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
         # Last: whether a gate would close a cycle depends on every edge (an all-reduce can join
         # the micro-batches, e.g. a loss divided by the batch's token count).
         self._gate_microbatches({n.name: n for n in self.f.nodes})
+        loss = self.graph.meta.loss
+        if self.pipelined and loss and len(set(self.devices.machines)) > 1:
+            forward = self.graph.ancestors([TensorRef.parse(loss).op]) & self._training_ops
+            self.ordered_transfers = self._order_transfers(forward)
 
     def _gate_microbatches(self, nodes: dict[str, NodeDef]) -> None:
         """The pipeline schedule (GPipe's forward): on each device, a stage's forward pass of
@@ -182,8 +189,14 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
                 # of one waits for micro-batch m of the other): replica j waits for replica j;
                 # otherwise for every instance. Waiting for every micro-batch, each `tf.tuple` of a
                 # gradient whose ops two stages share joined the micro-batches' backward passes.
+                # Two stages of different widths (micro-batched alike): micro-batch m waits for
+                # micro-batch m's instances; waiting for all, a far stage's micro-batch 0 waited
+                # for micro-batch 1 on a wider one.
                 if clay.size > 1 and clay.mode is lay.mode and (clay.devices == lay.devices or clay.lines_up(lay)):
                     deps = [self.instances[c][j]]
+                elif clay.micro == lay.micro > 1 and clay.mode is lay.mode is Mode.REPLICATED:
+                    k, kc = lay.size // lay.micro, clay.size // clay.micro
+                    deps = self.instances[c][j // k * kc:(j // k + 1) * kc]
                 else:
                     deps = self.instances[c]
                 node.input.extend(f"^{d}" for d in deps)
@@ -300,7 +313,7 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
         if ((play.same_split(lay) or play.lines_up(lay)) and state.kind is Kind.SPLIT and state.axis == need.axis
                 and state.mult == need.mult):
             return [self.out(ref, j) for j in range(lay.size)]      # TF sends each piece where it goes
-        if (play.mode is Mode.REPLICATED and play.micro == lay.micro > 1 and play.counts and lay.counts
+        if (play.mode is Mode.REPLICATED and play.micro == lay.micro > 1 and bool(play.counts) == bool(lay.counts)
                 and state.kind is Kind.SPLIT and state.axis == need.axis and state.mult == need.mult):
             key: tuple = ("split", ref, lay.devices, lay.counts, lay.weights, need.axis, need.mult, "by micro-batch")
             return self._memo_get(key, lambda: self._split_by_microbatch(ref, play, lay, need))
@@ -308,16 +321,19 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
         return self._memo_get(key, lambda: self._split(ref, play, state, lay, need))
 
     def _split_by_microbatch(self, ref: TensorRef, play: Layout, lay: Layout, need: State) -> list[str]:
-        """Between two pipeline stages split over different devices (static counts: both cut the
-        batch into the same micro-batches): each micro-batch's pieces are regrouped on their own,
-        so micro-batch m of the next stage waits for micro-batch m of this one only."""
+        """Between two pipeline stages split over different devices (both cut the batch into the same
+        micro-batches): each micro-batch's pieces are regrouped on their own, so micro-batch m of the
+        next stage waits for micro-batch m of this one only. With a dynamic batch the micro-batches'
+        bounds agree too (floor(N * m / M) rows on both sides: `_runtime_sizes`), and the next stage's
+        rows within micro-batch m are its own layout's, computed at run time (`_micro_sizes`);
+        gathering the whole batch first, a stage's micro-batch 0 waited for every micro-batch."""
         micro, kp, kc = lay.micro, play.size // lay.micro, lay.size // lay.micro
         dtype = self._dtype(ref)
         pieces: list[str] = []
         for m in range(micro):
             have = [self.out(ref, j) for j in range(m * kp, (m + 1) * kp)]
             counts = lay.counts[m * kc:(m + 1) * kc]
-            if play.counts[m * kp:(m + 1) * kp] == counts:
+            if lay.counts and play.counts[m * kp:(m + 1) * kp] == counts:
                 pieces += have
                 continue
             at = lay.devices[m * kc]
@@ -327,7 +343,11 @@ class GraphBuilder(CollectivesMixin, ShapesMixin):
             if kc == 1:
                 pieces.append(whole)
                 continue
-            sizes = self.f.const(f"tag/split/{ref.op}/m{m}/sizes", [c * need.mult for c in counts], "int32", device)
+            if counts:
+                sizes = self.f.const(f"tag/split/{ref.op}/m{m}/sizes", [c * need.mult for c in counts], "int32",
+                                     device)
+            else:
+                sizes = self._micro_sizes(ref, lay, need, m, at)
             name = self.f.split_v(f"tag/split/{ref.op}/m{m}", whole, sizes, need.axis, kc, dtype, device)
             pieces += [f"{name}:{k}" for k in range(kc)]
         return pieces

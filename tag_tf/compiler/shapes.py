@@ -45,6 +45,31 @@ class ShapesMixin(BuilderBase):
         return self.f.binary(f"{base}/rows_each", "Mul", diff,
                              self.f.const(f"{base}/mult2", need.mult, "int32", device), "int32", device)
 
+    def _micro_sizes(self, ref: TensorRef, lay: Layout, need: State, m: int, at: int) -> str:
+        """Rows of micro-batch m's replicas of a dynamic micro-batched layout, at run time: the
+        same bounds `_runtime_sizes` gives the whole batch (floor(N * W_j / W)), those of replicas
+        m * k .. (m + 1) * k only."""
+        device = self.devices[at]
+        k = lay.size // lay.micro
+        w = np.maximum(1, np.round(np.asarray(lay.weights) / min(lay.weights) * _WEIGHT_SCALE)).astype(np.int64)
+        cum = np.concatenate([[0], np.cumsum(w)])
+        base = f"tag/sizes/{ref.op}/m{m}"
+        n = self._global_rows(1, device, of=ref.op)
+        bounds = self.f.binary(f"{base}/bounds", "FloorDiv",
+                               self.f.binary(f"{base}/scaled", "Mul", n,
+                                             self.f.const(f"{base}/cum", cum[m * k:(m + 1) * k + 1].astype(np.int32),
+                                                          "int32", device), "int32", device),
+                               self.f.const(f"{base}/total", int(cum[-1]), "int32", device), "int32", device)
+        hi = self.f.node(f"{base}/hi", "StridedSlice", [bounds, self._c1(base, 1, device), self._c1(base, 0, device),
+                                                        self._c1(base, 1, device)], device,
+                         T=("type", "int32"), Index=("type", "int32"), end_mask=("int", 1))
+        lo = self.f.node(f"{base}/lo", "StridedSlice", [bounds, self._c1(base, 0, device), self._c1(base, -1, device),
+                                                        self._c1(base, 1, device)], device,
+                         T=("type", "int32"), Index=("type", "int32"))
+        diff = self.f.binary(f"{base}/samples_each", "Sub", hi, lo, "int32", device)
+        return self.f.binary(f"{base}/rows_each", "Mul", diff,
+                             self.f.const(f"{base}/mult", need.mult, "int32", device), "int32", device)
+
     def _c1(self, base: str, v: int, device: str) -> str:
         return self.f.const(f"{base}/c", [v], "int32", device)
 
