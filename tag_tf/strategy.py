@@ -77,6 +77,7 @@ class StrategyOptions(TypedDict, total=False):
     op_groups: tuple[int, ...] | None
     sfb: tuple[SfbCut, ...]
     microbatches: int
+    ordered_links: tuple[tuple[int, int], ...]
 
 
 class UniformOptions(StrategyOptions, total=False):
@@ -124,6 +125,11 @@ class Strategy:
     # on with m + 1). Gradients are summed over the micro-batches on each device, then synchronised
     # once per step as the group's option says. 1: the whole part at once (no pipelining).
     microbatches: int = 1
+    # Pipelined plans: machine pairs (sender, receiver) whose micro-batched transfers go in
+    # micro-batch order (compiler/transfers.py): micro-batch m + 1's leave once micro-batch m's
+    # have arrived. The pipeline search names the links slow enough that sending every micro-batch
+    # at once keeps the next stage waiting (search/stages.ordered_links). Empty: sent when ready.
+    ordered_links: tuple[tuple[int, int], ...] = ()
 
     @property
     def duplicated_ops(self) -> frozenset[str]:
@@ -173,7 +179,8 @@ class Strategy:
                 "groups": [g.to_dict() for g in self.groups],
                 **({} if self.op_groups is None else {"op_groups": list(self.op_groups)}),
                 **({"sfb": [c.to_dict() for c in self.sfb]} if self.sfb else {}),
-                **({"microbatches": self.microbatches} if self.microbatches != 1 else {})}
+                **({"microbatches": self.microbatches} if self.microbatches != 1 else {}),
+                **({"ordered_links": [list(p) for p in self.ordered_links]} if self.ordered_links else {})}
 
     def to_json(self, **kw: Unpack[JsonLayout]) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -214,8 +221,15 @@ class Strategy:
         micro = d.get("microbatches", 1)                      # absent unless pipelined
         if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1:
             raise StrategyError(f"{source}: 'microbatches' must be a positive integer, got {micro!r}")
+        links = d.get("ordered_links", [])                    # absent unless a pipeline orders its transfers
+        if not isinstance(links, list) or not all(
+                isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                            for x in p) for p in links):
+            raise StrategyError(f"{source}: 'ordered_links' must be a list of [sender, receiver] machine ids, "
+                                f"got {links!r}")
         return cls(tuple(groups), None if shares is None else tuple(float(x) for x in shares),
-                   d.get("graph"), d.get("topology"), d.get("name", ""), fusion, barrier, op_groups, sfb, micro)
+                   d.get("graph"), d.get("topology"), d.get("name", ""), fusion, barrier, op_groups, sfb, micro,
+                   tuple((int(a), int(b)) for a, b in links))
 
     @classmethod
     def load(cls, path: str) -> Strategy:

@@ -16,7 +16,7 @@ GraphBuilder is assembled from parts, each in its own module:
   collectives.py  all-reduces and fused sums: reserved while the ops are emitted, bucketed and built
                   last (`_emit_collectives`), in one global order so that rings cannot deadlock
   shapes.py       row counts and Shape/Size values for shards and dynamic batches, in the graph
-  transfers.py    a pipeline's transfers between machines sent one after another, in micro-batch order
+  transfers.py    a pipeline's transfers over slow links sent in micro-batch order
 """
 from __future__ import annotations
 
@@ -44,12 +44,14 @@ if TYPE_CHECKING:
 
 class GraphBuilder(CollectivesMixin, ShapesMixin, TransfersMixin):
     def __init__(self, analysis: Analysis, placement: Placement, devices: DeviceMap,
-                 fusion_bytes: int | None = None, instance_key_base: int = 0, sync_after_backward: bool = False):
+                 fusion_bytes: int | None = None, instance_key_base: int = 0, sync_after_backward: bool = False,
+                 ordered_links: Sequence[tuple[int, int]] = ()):
         super().__init__(analysis, placement, devices)       # BuilderBase: inputs, outputs, memo
         self._init_collectives(fusion_bytes, instance_key_base, sync_after_backward)
         self._training_ops = training_ops(self.graph)
         self._pipelined: bool | None = None
-        self.ordered_transfers = 0        # transfers between machines that wait for the one before (transfers.py)
+        self.ordered_links = frozenset(ordered_links)   # (sender, receiver) machines: transfers in order
+        self.ordered_transfers = 0        # transfers that wait for the micro-batch before (transfers.py)
 
     # =========================================================================================
     # Emission of the original ops
@@ -73,9 +75,9 @@ class GraphBuilder(CollectivesMixin, ShapesMixin, TransfersMixin):
         # the micro-batches, e.g. a loss divided by the batch's token count).
         self._gate_microbatches({n.name: n for n in self.f.nodes})
         loss = self.graph.meta.loss
-        if self.pipelined and loss and len(set(self.devices.machines)) > 1:
+        if self.pipelined and loss and self.ordered_links:
             forward = self.graph.ancestors([TensorRef.parse(loss).op]) & self._training_ops
-            self.ordered_transfers = self._order_transfers(forward)
+            self.ordered_transfers = self._order_transfers(forward, self.ordered_links)
 
     def _gate_microbatches(self, nodes: dict[str, NodeDef]) -> None:
         """The pipeline schedule (GPipe's forward): on each device, a stage's forward pass of

@@ -70,7 +70,7 @@ def compile_strategy(ctx: PassContext, analysis: Analysis, strategy: Strategy, d
     with ctx.timer("compile/build"):
         builder = GraphBuilder(analysis, placement, devices, strategy.fusion_bytes,
                                instance_key_base(analysis, strategy, devices),
-                               sync_after_backward=strategy.sync_after_backward)
+                               sync_after_backward=strategy.sync_after_backward, ordered_links=strategy.ordered_links)
         builder.emit_all()
         graph_counts = dict(builder.counts)     # conversions of the graph itself, before fetch adapters
         wanted_tensors = list(dict.fromkeys([*(t for t in [graph.meta.loss] if t), *fetches]))

@@ -20,30 +20,23 @@ from tag_tf.placement.layout import Layout
 _WEIGHT_SCALE = 10_000   # integer share weights for run-time (dynamic batch) splitting
 
 
+def _cumulative_weights(lay: Layout) -> np.ndarray:
+    """0, then the running sum of the replicas' integer weights (int64)."""
+    w = np.maximum(1, np.round(np.asarray(lay.weights) / min(lay.weights) * _WEIGHT_SCALE)).astype(np.int64)
+    return np.concatenate([[0], np.cumsum(w)]).astype(np.int64)
+
+
 class ShapesMixin(BuilderBase):
     # -- row counts: each replica's (split sizes), one tensor's, the whole batch's ----------------
     def _runtime_sizes(self, full: str, dtype: str, need: State, lay: Layout, at: int) -> str:
         """Rows per replica computed in the graph from the actual batch: floor(N*W_j/W) boundaries."""
         device = self.devices[at]
         rows = self._dim(full, need.axis, dtype, device)
-        w = np.maximum(1, np.round(np.asarray(lay.weights) / min(lay.weights) * _WEIGHT_SCALE)).astype(np.int64)
-        cum = np.concatenate([[0], np.cumsum(w)]).astype(np.int32)
         base = f"tag/sizes/{full.split(':')[0]}"
         n = self.f.binary(f"{base}/samples", "FloorDiv", rows,
                           self.f.const(f"{base}/mult", need.mult, "int32", device), "int32", device)
-        bounds = self.f.binary(f"{base}/bounds", "FloorDiv",
-                               self.f.binary(f"{base}/scaled", "Mul", n, self.f.const(f"{base}/cum", cum, "int32", device),
-                                             "int32", device),
-                               self.f.const(f"{base}/total", int(cum[-1]), "int32", device), "int32", device)
-        hi = self.f.node(f"{base}/hi", "StridedSlice", [bounds, self._c1(base, 1, device), self._c1(base, 0, device),
-                                                        self._c1(base, 1, device)], device,
-                         T=("type", "int32"), Index=("type", "int32"), end_mask=("int", 1))
-        lo = self.f.node(f"{base}/lo", "StridedSlice", [bounds, self._c1(base, 0, device), self._c1(base, -1, device),
-                                                        self._c1(base, 1, device)], device,
-                         T=("type", "int32"), Index=("type", "int32"))
-        diff = self.f.binary(f"{base}/samples_each", "Sub", hi, lo, "int32", device)
-        return self.f.binary(f"{base}/rows_each", "Mul", diff,
-                             self.f.const(f"{base}/mult2", need.mult, "int32", device), "int32", device)
+        cum = _cumulative_weights(lay)
+        return self._rows_between(base, n, cum, int(cum[-1]), need.mult, device)
 
     def _micro_sizes(self, ref: TensorRef, lay: Layout, need: State, m: int, at: int) -> str:
         """Rows of micro-batch m's replicas of a dynamic micro-batched layout, at run time: the
@@ -51,24 +44,28 @@ class ShapesMixin(BuilderBase):
         m * k .. (m + 1) * k only."""
         device = self.devices[at]
         k = lay.size // lay.micro
-        w = np.maximum(1, np.round(np.asarray(lay.weights) / min(lay.weights) * _WEIGHT_SCALE)).astype(np.int64)
-        cum = np.concatenate([[0], np.cumsum(w)])
-        base = f"tag/sizes/{ref.op}/m{m}"
+        cum = _cumulative_weights(lay)
         n = self._global_rows(1, device, of=ref.op)
-        bounds = self.f.binary(f"{base}/bounds", "FloorDiv",
-                               self.f.binary(f"{base}/scaled", "Mul", n,
-                                             self.f.const(f"{base}/cum", cum[m * k:(m + 1) * k + 1].astype(np.int32),
-                                                          "int32", device), "int32", device),
-                               self.f.const(f"{base}/total", int(cum[-1]), "int32", device), "int32", device)
-        hi = self.f.node(f"{base}/hi", "StridedSlice", [bounds, self._c1(base, 1, device), self._c1(base, 0, device),
-                                                        self._c1(base, 1, device)], device,
-                         T=("type", "int32"), Index=("type", "int32"), end_mask=("int", 1))
-        lo = self.f.node(f"{base}/lo", "StridedSlice", [bounds, self._c1(base, 0, device), self._c1(base, -1, device),
-                                                        self._c1(base, 1, device)], device,
-                         T=("type", "int32"), Index=("type", "int32"))
-        diff = self.f.binary(f"{base}/samples_each", "Sub", hi, lo, "int32", device)
+        return self._rows_between(f"tag/sizes/{ref.op}/m{m}", n, cum[m * k:(m + 1) * k + 1], int(cum[-1]),
+                                  need.mult, device)
+
+    def _rows_between(self, base: str, n: str, cum: np.ndarray, total: int, mult: int, device: str) -> str:
+        """int32 rows of the replicas between bounds floor(n * cum / total), times `mult`. In int64:
+        n * cum overflows int32 from a batch of a few thousand over many replicas and micro-batches."""
+        n64 = self.f.cast(f"{base}/samples64", n, "int32", "int64", device)
+        scaled = self.f.binary(f"{base}/scaled", "Mul", n64, self.f.const(f"{base}/cum", cum, "int64", device),
+                               "int64", device)
+        bounds = self.f.binary(f"{base}/bounds", "FloorDiv", scaled, self.f.const(f"{base}/total", total, "int64", device),
+                               "int64", device)
+        one, zero, minus = self._c1(base, 1, device), self._c1(base, 0, device), self._c1(base, -1, device)
+        hi = self.f.node(f"{base}/hi", "StridedSlice", [bounds, one, zero, one], device,
+                         T=("type", "int64"), Index=("type", "int32"), end_mask=("int", 1))
+        lo = self.f.node(f"{base}/lo", "StridedSlice", [bounds, zero, minus, one], device,
+                         T=("type", "int64"), Index=("type", "int32"))
+        diff = self.f.cast(f"{base}/samples_each", self.f.binary(f"{base}/diff", "Sub", hi, lo, "int64", device),
+                           "int64", "int32", device)
         return self.f.binary(f"{base}/rows_each", "Mul", diff,
-                             self.f.const(f"{base}/mult", need.mult, "int32", device), "int32", device)
+                             self.f.const(f"{base}/mult2", mult, "int32", device), "int32", device)
 
     def _c1(self, base: str, v: int, device: str) -> str:
         return self.f.const(f"{base}/c", [v], "int32", device)
