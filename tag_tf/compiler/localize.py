@@ -175,7 +175,7 @@ class _Cutter:
                 own = self._own_instance(inp[1:])
                 if own is not None:
                     inp = "^" + own
-            if inp not in new.input:
+            if not inp.startswith("^") or inp not in new.input:     # a data input may come twice (Mul(x, x))
                 new.input.append(inp)
         self.out[node.name] = new            # before the inputs: a cycle would otherwise recurse forever
         for inp in new.input:

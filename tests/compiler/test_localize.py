@@ -65,6 +65,28 @@ def test_each_task_keeps_its_own_devices_and_meets_the_others_in_the_same_collec
     assert loss in {n.name for n in parts[1].graph_def.node}
 
 
+def test_a_node_reading_one_tensor_twice_keeps_both_inputs():
+    """A dynamic batch split by shares (run-time row bounds: a StridedSlice whose begin and stride
+    are one Const) cut per task: each input stays where it was. Deduplicated, every task's graph
+    failed to import (StridedSlice with 3 inputs), on the emulated link cluster's auto plan."""
+    import tensorflow as tf
+
+    model, analysis = analysis_of("mlp", dynamic_batch=True)
+    devices = DeviceMap.for_topology(cpu_topology(2, 1))
+    strategy = data_parallel(len(analysis.grouping.groups), 2, shares=(2.0, 1.0))
+    compiled = compile_strategy(PassContext(), analysis, strategy, devices, fetches=["loss:0"], run_ops=["train_op"],
+                                check=True)
+    twice = [n.name for n in compiled.graph_def.node if len(set(n.input)) < len(n.input)]
+    assert twice                               # the run-time bounds read their Const twice
+    parts = _cut(analysis, strategy, compiled)
+    for part in parts.values():
+        nodes = {n.name: n for n in part.graph_def.node}
+        assert all(len(nodes[t].input) == len(next(n for n in compiled.graph_def.node if n.name == t).input)
+                   for t in twice if t in nodes)
+        with tf.Graph().as_default():
+            tf.compat.v1.import_graph_def(part.graph_def, name="")
+
+
 def test_a_parameter_server_plan_needs_one_driver():
     def ps_on_task_0(groups, devices):
         return Strategy.uniform(groups, tuple(range(devices)), Option.PS)
