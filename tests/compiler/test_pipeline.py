@@ -96,15 +96,9 @@ def test_dynamic_batch_of_thousands_over_many_micro_batches():
 
 
 def _ancestors(compiled, names: list[str]) -> set[str]:
-    nodes = {n.name: n for n in compiled.graph_def.node}
-    seen: set[str] = set()
-    stack = list(names)
-    while stack:
-        name = stack.pop()
-        if name not in seen and name in nodes:
-            seen.add(name)
-            stack += [i.lstrip("^").split(":")[0] for i in nodes[name].input]
-    return seen
+    from tag_tf.compiler.transfers import _ancestors as ancestors
+
+    return ancestors({n.name: n for n in compiled.graph_def.node}, names)
 
 
 def test_microbatch_m_plus_1_does_not_wait_for_later_stages():
