@@ -18,9 +18,10 @@ costs a round trip per micro-batch, which on fast links cost more than it saved 
 compute cluster's pipelines, every link ordered: 7-50 ms a step slower).
 
 Ordered: transfers the training step makes, of one micro-batch, of ORDERED_MIN_BYTES or more, whose
-tensor carries batch rows, produced and read in the same direction of the pass (forward activations read forward, gradients read backward); a forward
-value read by another machine's backward pass goes when ready (it is needed late, and ordered with
-the gradients it waited for them). Edges closing a cycle are dropped (that chain sends when ready).
+tensor carries batch rows, produced and read in the same direction of the pass (forward activations
+read forward, gradients read backward); a forward value read by another machine's backward pass goes
+when ready (it is needed late, and ordered with the gradients it waited for them). Edges closing a
+cycle are dropped (that chain sends when ready; its Identities stay, harmless).
 """
 from __future__ import annotations
 
