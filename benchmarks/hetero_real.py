@@ -373,6 +373,9 @@ def verdicts(data: dict) -> dict:
                  "auto_over_best_baseline": t["tag-auto"] / baselines[best_base] if best_base else None,
                  "auto_over_faster_peer": t["tag-auto"] / min(peers.values()) if peers else None,
                  "auto_plan": plan or None, "searched_multi_host": searched_multi_host(plan)}
+            noise = same_plan_noise([rows[k] for k in ("tag-auto", *ties)])
+            v["same_plan_noise"] = noise
+            v["never_slower"] = never_slower(v["auto_over_best_baseline"], best_base in ties, noise)
             predicted = {k: rows[k]["predicted_ms"] for k in TAG_ROWS if k in t and "predicted_ms" in rows[k]}
             if predicted:
                 errors = [abs(predicted[k] - t[k]) / t[k] for k in predicted]
@@ -400,6 +403,26 @@ def verdicts(data: dict) -> dict:
     if pipelined:
         out["pipelined"] = pipelined
     return out
+
+
+def same_plan_noise(rows: list[dict]) -> float | None:
+    """What runs of one plan differ by: the widest spread (largest less smallest, over the median) of
+    one row's own interleaved rounds among `rows` (auto's and the rows that ran its plan); None unless
+    each ran two or more rounds. Each row's own: a row slower throughout widens no spread."""
+    rounds = [r.get("rounds_ms") or [] for r in rows]
+    if len(rows) < 2 or any(len(x) < 2 for x in rounds):
+        return None
+    return max((max(x) - min(x)) / statistics.median(x) for x in rounds)
+
+
+def never_slower(auto_over_best: float | None, best_ran_autos_plan: bool, noise: float | None) -> bool | None:
+    """Whether auto never lost to the fastest baseline or plain run: at most 1.0x of it, or, where that
+    row ran auto's own plan, by no more than runs of that plan differ (`same_plan_noise`)."""
+    if auto_over_best is None:
+        return None
+    if auto_over_best <= 1.0:
+        return True
+    return bool(best_ran_autos_plan and noise is not None and auto_over_best - 1.0 <= noise)
 
 
 def ran_as_written(row: dict) -> bool:
@@ -534,8 +557,9 @@ def render(data: dict) -> str:
         lines.append("")
     v = verdicts(data)      # from the rows as stored: every figure below is derived from a measured row
     lines += ["| cluster/model | auto / best of baselines and plain | best | rows that ran auto's plan | "
-              "auto / best other plan | auto / faster peer | MAPE | Spearman | largest last-loss difference |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "spread of their rounds | never slower | auto / best other plan | auto / faster peer | MAPE | Spearman | "
+              "largest last-loss difference |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, x in v.items():
         if key in ("all", "pipelined"):
             continue
@@ -543,12 +567,15 @@ def render(data: dict) -> str:
         def f(value: float | None, fmt: str = ".2f", unit: str = "") -> str:
             return "-" if value is None else format(value, fmt) + unit
         lines.append(f"| {key} | {f(x.get('auto_over_best_baseline'), '.2f', 'x')} | {x.get('best_baseline')} | "
-                     f"{', '.join(x.get('same_plan_as') or []) or '-'} | "
+                     f"{', '.join(x.get('same_plan_as') or []) or '-'} | {f(x.get('same_plan_noise'), '.1%')} | "
+                     f"{ {True: 'yes', False: 'no', None: '-'}[x.get('never_slower')]} | "
                      f"{f(x.get('auto_over_best_other_plan'), '.2f', 'x')} | {f(x.get('auto_over_faster_peer'), '.2f', 'x')} | {f(x.get('mape'), '.1%')} | {f(x.get('spearman'))} | "
                      f"{f(x.get('max_last_loss_diff'), '.2e')} |")
     lines += ["", "MAPE: of every tag_tf row's prediction against its measured step. Spearman: of the predicted "
               "and measured step times of the distinct plans the tag_tf rows ran (rows that ran one plan counted "
-              "once, at their mean; ties at their average rank)."]
+              "once, at their mean; ties at their average rank). Never slower: auto at most 1.0x of the fastest "
+              "baseline or plain run, or, where that row ran auto's own plan, slower by no more than the spread of "
+              "the interleaved rounds of auto and the rows that ran its plan (runs of one program differ by that much)."]
     if "all" in v:
         lines += ["", f"Every tag_tf row's prediction against its measured step: MAPE {v['all']['mape']:.1%}."]
     if v.get("pipelined"):

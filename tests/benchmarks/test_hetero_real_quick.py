@@ -168,6 +168,36 @@ def test_rows_that_ran_autos_plan_are_named_and_auto_is_also_judged_against_the_
         assert v["auto_over_best_other_plan"] == pytest.approx(1.7 / 1.6)
 
 
+def test_auto_never_slower_allows_only_the_spread_of_rounds_of_its_own_plan():
+    """auto a little slower than a row that ran its own plan is never slower where the interleaved
+    rounds of that plan spread wider than the gap; never where the faster row ran another plan, where
+    the gap is wider than the rounds' spread, or without rounds to measure it."""
+    from benchmarks.hetero_real import never_slower, same_plan_noise, verdicts
+
+    one = {"hosts": ["fast"], "devices": [0], "options": ["allreduce"], "sfb": 0, "whole_replicas": True,
+           "one_device": True, "shares": None}
+
+    def row(rounds, plan=None):
+        return {"mean_ms": sorted(rounds)[(len(rounds) - 1) // 2], "rounds_ms": rounds, "last_loss": 2.3,
+                **({"plan": plan, "predicted_ms": 10.0} if plan else {})}
+    rows = {"plain": row([10.0, 10.4, 10.1]), "plain-as-written": row([13.0, 13.2, 13.1]),
+            "tag-auto": row([10.9, 10.3, 10.5], one), "tag-best-subset": row([10.2, 10.8, 10.6], dict(one, shares=[1.0]))}
+    data = {"clusters": {"compute": {"cluster": {"hosts": [{"name": "fast"}]}, "models": {"mlp": rows}}}}
+    v = verdicts(data)["compute/mlp"]
+    assert v["best_baseline"] == "plain" and v["auto_over_best_baseline"] == pytest.approx(10.5 / 10.1)
+    assert v["same_plan_noise"] == pytest.approx((10.9 - 10.3) / 10.5)     # auto's own rounds spread widest
+    assert v["never_slower"] is True
+    # the gap wider than the rounds' spread
+    slow = dict(rows, **{"tag-auto": row([12.0, 12.1, 12.2], one)})
+    assert verdicts({"clusters": {"compute": dict(data["clusters"]["compute"], models={"mlp": slow})}}
+                    )["compute/mlp"]["never_slower"] is False
+    # one round each: no spread measured, 1.0x is the bound
+    assert same_plan_noise([{"median_ms": 1.0}, {"median_ms": 1.1}]) is None
+    assert never_slower(1.01, True, None) is False and never_slower(0.99, False, None) is True
+    # the faster row ran another plan: no allowance
+    assert never_slower(1.01, False, 0.2) is False and never_slower(1.01, True, 0.2) is True
+
+
 def test_the_predicted_order_is_judged_on_distinct_plans_with_ties_at_their_average_rank():
     """Rows that ran one plan (same plan, same prediction) count once, at their mean measured
     time; tied values share their average rank; plans the prediction tells apart (another fusion,
