@@ -12,7 +12,8 @@ same seeded initial values and batches everywhere), side by side in one run:
                    discovery measures it (each task's speed, every link)
   tag-dp, tag-dp-p, tag-horovod, tag-horovod-p   tag_tf's baselines on every host
   mwms             MultiWorkerMirroredStrategy, equal shards, as its users run it
-  horovod          Horovod (Gloo), equal shards: reported absent unless horovod is installed
+  horovod          Horovod (Gloo), equal shards, one rank per host over its shaped link (task 0 serves
+                   the rendezvous, as horovodrun's launcher would): absent unless horovod is installed
 
 Before the rows, the model is profiled on the fastest host (its own quota, as the planner's "cpu"
 op times: discovery's speeds are against the fastest task) into the cluster's profile database.
@@ -133,9 +134,45 @@ def child(args: argparse.Namespace) -> dict:
         batches = step_time.batches_for(args.model, args.batch, args.warmup + args.steps)
         return peers.run_tf2("mwms-2proc", step_time.zoo_name(args.model), step_time.model_kwargs(args.model), batches,
                              args.warmup)
+    if args.run == "horovod":
+        from benchmarks import peers
+
+        horovod_environment()
+        batches = step_time.batches_for(args.model, args.batch, args.warmup + args.steps)
+        return peers.run_horovod(step_time.zoo_name(args.model), step_time.model_kwargs(args.model), batches,
+                                 args.warmup)
     if args.run in PLAIN_ROWS:
         return step_time.train(args.model, args, None, as_written=args.run == "plain-as-written")
     return step_time.train(args.model, args, dict(strategy=args.run[len("tag-"):]), inspect=describe_run)
+
+
+HOROVOD_RENDEZVOUS_PORT_OFFSET = 100   # the rendezvous listens on host 0 at the cluster's port + this
+
+
+def horovod_environment() -> None:
+    """Horovod's Gloo settings for this emulated host, as horovodrun would set them for one rank per
+    host: rank = the TF_CONFIG task index, every host its own machine (local size 1), collectives
+    over the host's own interface (eth0, its shaped link). Task 0 also serves the rendezvous (in this
+    process: a few HTTP requests at start) for the hosts TF_CONFIG lists."""
+    tf_config = json.loads(os.environ["TF_CONFIG"])
+    addresses = list(tf_config["cluster"]["worker"])
+    rank, size = int(tf_config["task"]["index"]), len(addresses)
+    host, _, port = addresses[0].rpartition(":")
+    rendezvous_port = int(port) + HOROVOD_RENDEZVOUS_PORT_OFFSET
+    os.environ.update(HOROVOD_CONTROLLER="gloo", HOROVOD_CPU_OPERATIONS="gloo", HOROVOD_GLOO_IFACE="eth0",
+                      HOROVOD_GLOO_RENDEZVOUS_ADDR=host, HOROVOD_GLOO_RENDEZVOUS_PORT=str(rendezvous_port),
+                      HOROVOD_HOSTNAME=f"h{rank}", HOROVOD_RANK=str(rank), HOROVOD_SIZE=str(size),
+                      HOROVOD_LOCAL_RANK="0", HOROVOD_LOCAL_SIZE="1", HOROVOD_CROSS_RANK=str(rank),
+                      HOROVOD_CROSS_SIZE=str(size))
+    if rank == 0:
+        from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+        from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer, RendezvousServer
+        from horovod.runner.util.threads import in_thread
+
+        server = RendezvousServer(verbose=0)      # its start() takes a random port: this one, at a known port
+        server._httpd = RendezvousHTTPServer(("", rendezvous_port), RendezvousHandler, 0)
+        server._listen_thread = in_thread(target=server._httpd.serve_forever)
+        server.init(get_host_assignments(parse_hosts(",".join(f"h{i}:1" for i in range(size))), size))
 
 
 def profile(args: argparse.Namespace) -> dict:
@@ -239,17 +276,35 @@ def run_row(emu, row: str, model: str, args: argparse.Namespace, env: dict) -> d
             import horovod  # noqa: F401
         except ImportError:
             return {"absent": "horovod is not installed (README: the optional Horovod build line)"}
-        return {"absent": "Horovod across emulated hosts needs its Gloo rendezvous started per host: not wired yet"}
-    code = emu.run_everywhere(_argv(row, model, args), timeout_s=TIMEOUT_S, env=env, out=lines.append)
+    argv = _argv(row, model, args)
+    if row == "horovod":
+        argv = _own_host_names(emu, argv, env["TAG_TF_CACHE_DIR"])
+    code = emu.run_everywhere(argv, timeout_s=TIMEOUT_S, env=env, out=lines.append)
     found = _rows_of(lines)
     if code != 0 or names[0] not in found:
         return {"error": f"{row} exited {code}: {_tail(lines)}"}
     result = dict(found[names[0]])
-    if row == "mwms":        # each task reports the mean loss of its shard (equal shards): the mean of those
+    if row in ("mwms", "horovod"):   # each task reports the mean loss of its shard (equal shards): the mean of those
         result["first_loss"] = statistics.mean(r["first_loss"] for r in found.values())
         result["last_loss"] = statistics.mean(r["last_loss"] for r in found.values())
     result["log"] = [line for line in lines if "tag_tf:" in line and line.startswith(f"[{names[0]}")][:8]
     return result
+
+
+def _own_host_names(emu, argv: list[str], folder: str) -> list[str]:
+    """`argv` run where each emulated host's own name resolves to its own address, as on real hosts:
+    Gloo's per-process-set contexts (Horovod 0.28) find their address by the host name, which here
+    every namespace shares and /etc/hosts maps to loopback. Each host gets a private UTS and mount
+    namespace, its name, and an /etc/hosts listing every host (written to `folder`, the model's
+    cache, removed with it)."""
+    from tag_tf.context import EMULATED_HOST_ENV
+
+    path = os.path.join(folder, "hosts")
+    with open(path, "w") as f:
+        f.write("127.0.0.1 localhost\n" + "".join(f"{emu.cluster.address(i)} {h.name}\n"
+                                                  for i, h in enumerate(emu.cluster.hosts)))
+    script = f'hostname "${EMULATED_HOST_ENV}" && mount --bind {path} /etc/hosts && exec "$@"'
+    return ["unshare", "--mount", "--uts", "sh", "-c", script, "sh", *argv]
 
 
 def measure_cluster(name: str, args: argparse.Namespace) -> dict:

@@ -271,3 +271,23 @@ def test_a_rows_step_is_its_mean_step_and_even_shares_are_the_plan_without_share
     assert "batch 48, mean of 15 steps" in text and "| 3.5 | " in text
     del rows["plain"]["mean_ms"]                                # a row from before rows had a mean
     assert "mean (median where marked)" in render(data) and "| 1.9 (median) |" in render(data)
+
+
+def test_horovod_runs_where_each_emulated_host_name_resolves_to_its_own_address(tmp_path):
+    """Gloo (Horovod 0.28) finds a process set's address by the host name: the horovod row runs each
+    host in its own UTS and mount namespace, named after the host, with an /etc/hosts mapping every
+    host's name to its address (on a shared /etc/hosts the name resolved to loopback and Gloo
+    connected to 127.0.0.1)."""
+    import types
+
+    from benchmarks.hetero_real import CLUSTERS, _own_host_names
+    from tag_tf.context import EMULATED_HOST_ENV
+    from tag_tf.emulate import load_cluster
+
+    cluster = load_cluster(dict(CLUSTERS["compute"], name="compute"))
+    argv = _own_host_names(types.SimpleNamespace(cluster=cluster), ["python", "x.py"], str(tmp_path))
+    assert argv[:3] == ["unshare", "--mount", "--uts"] and argv[-2:] == ["python", "x.py"]
+    assert f'hostname "${EMULATED_HOST_ENV}"' in argv[5] and f"mount --bind {tmp_path}/hosts /etc/hosts" in argv[5]
+    lines = (tmp_path / "hosts").read_text().splitlines()
+    assert lines[0] == "127.0.0.1 localhost"
+    assert lines[1:] == [f"{cluster.address(i)} {h.name}" for i, h in enumerate(cluster.hosts)]
