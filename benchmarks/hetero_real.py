@@ -166,12 +166,12 @@ def horovod_environment() -> None:
                       HOROVOD_CROSS_SIZE=str(size))
     if rank == 0:
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
-        from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer, RendezvousServer
+        from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
         from horovod.runner.util.threads import in_thread
 
-        server = RendezvousServer(verbose=0)      # its start() takes a random port: this one, at a known port
-        server._httpd = RendezvousHTTPServer(("", rendezvous_port), RendezvousHandler, 0)
-        server._listen_thread = in_thread(target=server._httpd.serve_forever)
+        # The HTTP server RendezvousServer wraps, at a known port (RendezvousServer.start takes a random one).
+        server = RendezvousHTTPServer(("", rendezvous_port), RendezvousHandler, 0)
+        in_thread(target=server.serve_forever)
         server.init(get_host_assignments(parse_hosts(",".join(f"h{i}:1" for i in range(size))), size))
 
 
@@ -629,8 +629,9 @@ def render(data: dict) -> str:
     lines += ["", "MAPE: of every tag_tf row's prediction against its measured step. Spearman: of the predicted "
               "and measured step times of the distinct plans the tag_tf rows ran (rows that ran one plan counted "
               "once, at their mean; ties at their average rank). Never slower: auto at most 1.0x of the fastest "
-              "baseline or plain run, or, where that row ran auto's own plan, slower by no more than the spread of "
-              "the interleaved rounds of auto and the rows that ran its plan (runs of one program differ by that much)."]
+              "baseline or plain run, or, where that row ran auto's own plan, slower by no more than the widest spread "
+              "of one row's own interleaved rounds among auto and the rows that ran its plan (runs of one program "
+              "differ by that much)."]
     if "all" in v:
         lines += ["", f"Every tag_tf row's prediction against its measured step: MAPE {v['all']['mape']:.1%}."]
     if v.get("pipelined"):
