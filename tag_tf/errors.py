@@ -56,3 +56,18 @@ class OptionsError(TagError):
     def __init__(self, field: str, message: str):
         super().__init__(f"tag_tf.distribute({field}=...): {message}")
         self.field = field
+
+
+_TF_FRAMING = ("Graph execution error", "Detected at node", "File ", "Node:", "From /job", "Original stack trace",
+               "[[", "The error could be from a previous operation", "Restart your program")
+
+
+def tf_reason(error: BaseException) -> str:
+    """The line of a TensorFlow error that says what went wrong: an OpError's message opens with
+    "Graph execution error:" and the Python stack where the node was defined; the reason comes after
+    (a collective's shape mismatch, a missing kernel). The first line not of that framing, else the
+    first line, else the error's type."""
+    message = str(getattr(error, "message", None) or error).strip()
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    reasons = [ln for ln in lines if not ln.startswith(_TF_FRAMING)]
+    return (reasons or lines or [type(error).__name__])[0]

@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from tag_tf.errors import GraphError
+from tag_tf.errors import GraphError, tf_reason
 from tag_tf.ir import opsets
 from tag_tf.ir.graph import Graph, GraphMeta, Op, TensorInfo, TensorRef, Variable, shape_proto_to_tuple
 
@@ -236,9 +236,7 @@ def measure_shapes(graph: Graph, input_shapes: Mapping[str, tuple[int, ...]], te
                 sess.run(inits)
             values = sess.run(shapes, feeds)
     except (tf.errors.OpError, ValueError, TypeError) as e:
-        lines = [ln.strip() for ln in (getattr(e, "message", None) or str(e)).splitlines()
-                 if ln.strip() and not ln.startswith(("Graph execution error", "Detected at node"))]
-        first = lines[0] if lines else type(e).__name__
+        first = tf_reason(e)
         raise GraphError(f"cannot find the run-time shapes of {tensors[0]!r} and {len(tensors) - 1} other "
                          f"tensor(s) that shape inference leaves unknown (running the graph on zeros "
                          f"failed: {first}); give the graph static shapes") from None

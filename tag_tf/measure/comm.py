@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 
-from tag_tf.errors import ProfileError
+from tag_tf.errors import ProfileError, tf_reason
 from tag_tf.profile.comm import Sample
 from tag_tf.runtime.cluster import LocalCluster
 from tag_tf.runtime.sessions import session_config
@@ -119,7 +119,7 @@ def _run_tf(fn: Callable[[], T], what: str) -> T:
     try:
         return fn()
     except tf.errors.OpError as e:
-        raise ProfileError(f"{what}: {type(e).__name__}: {e.message.splitlines()[0]}") from None
+        raise ProfileError(f"{what}: {type(e).__name__}: {tf_reason(e)}") from None
 
 
 def chain_length(nbytes: int, budget: int = 16 * MiB, most: int = 16) -> int:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from tag_tf.context import EMULATED_HOST_ENV
 from tag_tf.datafiles import write_atomic
+from tag_tf.errors import ProfileError
 from tag_tf.runtime.discovery import gather
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ FABRIC_SHARED = 0.95       # a ring's hops below this share of its slowest link:
 COPY_KEY = 1 << 28         # collective group and instance keys of the copy probe: far from the compiler's
 MESSAGE_CHAIN = 40         # 256x256 products on the task while its messages are handled (~13 ms on a full core)
 MESSAGES = 16              # small transfers each way per timed step of the message probe
+PROBE_KEY_BITS = 22        # _all_reduce_time's instance keys: COPY_KEY + (slot + 1) << 22 + the element count
+PROBE_SLOTS = 64           # ... below COPY_KEY + 65 << 22 (int32 keys; the step probe's lie below COPY_KEY + 1 << 22)
 COLLECTIVE_PROBES = 12     # tiny all-reduces over every task per timed step of the all-reduce step probe
 
 
@@ -235,18 +238,26 @@ def measure_copy(spec: ClusterSpec, pairs: Sequence[dict], speeds: Sequence[floa
     speed = (lambda t: 1.0) if speeds is None else (lambda t: float(speeds[t]))
     best = max(pairs, key=lambda p: (float(p["bandwidth"]), min(speed(t) for t in p["tasks"])))
     a, b = best["tasks"]
-    seconds = [_all_reduce_time(spec, (a, b), nbytes, COPY_KEY + k, repeats) for k, nbytes in enumerate(COPY_SIZES)]
+    seconds = [_all_reduce_time(spec, (a, b), nbytes, k, repeats) for k, nbytes in enumerate(COPY_SIZES)]
     per_byte = (seconds[1] - seconds[0]) / (COPY_SIZES[1] - COPY_SIZES[0]) - 1.0 / float(best["bandwidth"])
     return max(per_byte, 0.0) * min(speed(a), speed(b))
 
 
-def _all_reduce_time(spec: ClusterSpec, tasks: Sequence[int], nbytes: int, instance: int, repeats: int) -> float:
-    """Seconds of one CollectiveReduceV2 of `nbytes` over `tasks` (less reading its inputs)."""
+def _all_reduce_time(spec: ClusterSpec, tasks: Sequence[int], nbytes: int, slot: int, repeats: int) -> float:
+    """Seconds of one CollectiveReduceV2 of `nbytes` over `tasks` (less reading its inputs), under
+    the probe's instance-key `slot`. A server keeps the shape each instance key first ran with and
+    aborts a later all-reduce of another shape under that key (a second discovery on the same
+    servers, whose links gave the ring probe other sizes, failed so): the key is the slot's and the
+    element count's, so one key only ever carries one shape."""
     import tensorflow as tf
 
     from tag_tf.measure.comm import _run_tf, time_pair
 
     job, n = spec.job, len(spec.tasks)
+    elements = nbytes // 4
+    if not 0 <= slot < PROBE_SLOTS or not 0 < elements < 1 << PROBE_KEY_BITS:
+        raise ProfileError(f"collective probe: slot {slot} of {nbytes} bytes is outside the probe's keys")
+    instance = COPY_KEY + ((slot + 1) << PROBE_KEY_BITS) + elements
     # One group per task set: a pair (a, b) is a * n + b, every task together n * n.
     group = COPY_KEY + (tasks[0] * n + tasks[1] if len(tasks) == 2 else n * n)
     config = spec.session_config(device_filters=sorted({f"/job:{job}/task:{k}" for k in (0, *tasks)}))
@@ -302,7 +313,7 @@ def measure_fabric(spec: ClusterSpec, pairs: Sequence[dict], repeats: int = 3) -
     # faster than predicted with it).
     hop = 0.0
     for k in range(RING_PASSES):
-        seconds = [_all_reduce_time(spec, tasks, nbytes, COPY_KEY + len(COPY_SIZES) + 2 * k + i, repeats)
+        seconds = [_all_reduce_time(spec, tasks, nbytes, len(COPY_SIZES) + 2 * k + i, repeats)
                    for i, nbytes in enumerate(sizes)]
         slope = (seconds[1] - seconds[0]) / (sizes[1] - sizes[0])
         if slope > 0:     # else noise swamped the sizes

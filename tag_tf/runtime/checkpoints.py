@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 
-from tag_tf.errors import TagError
+from tag_tf.errors import TagError, tf_reason
 
 log = logging.getLogger("tag_tf.checkpoints")
 
@@ -31,8 +31,7 @@ def unreadable(prefix: str) -> str | None:
         for name in reader.get_variable_to_dtype_map():
             reader.get_tensor(name)
     except (tf.errors.OpError, ValueError, OSError) as e:
-        message = getattr(e, "message", None) or str(e)
-        return f"{type(e).__name__}: {message.splitlines()[0] if message else ''}"
+        return f"{type(e).__name__}: {tf_reason(e)}"
     return None
 
 

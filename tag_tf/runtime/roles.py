@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from tag_tf.errors import ClusterError
+from tag_tf.errors import ClusterError, tf_reason
 from tag_tf.runtime.cluster import DEFAULT_TIMEOUT_MS, TRUST_WARNING, ClusterSpec
 from tag_tf.runtime.discovery import describe_here, publish
 from tag_tf.runtime.plan_message import PlanMessage
@@ -356,7 +356,7 @@ def send_plan(role: Role, message: PlanMessage) -> None:
             sess.run(op, {text: blob})
         except tf.errors.OpError as e:
             raise ClusterError(f"cluster: could not send the plan to task {t} ({role.spec.tasks[t]}): "
-                               f"{type(e).__name__}: {str(e.message).splitlines()[0] if e.message else ''}") from None
+                               f"{type(e).__name__}: {tf_reason(e)}") from None
 
 
 def _token_queue(tf: ModuleType, task: int, job: str, name: str) -> FIFOQueue:

@@ -168,3 +168,26 @@ def test_dynamic_batch_graph_fed_different_sizes():
     p = profile_model("mlp", (2, 6), repeats=1, warmup=0, tiny=True, dynamic_batch=True, device="cpu")
     assert p.batch_sizes == (2, 6) and p.num_ops > 20
     assert (p.fixed >= 0).all() and (p.per_sample >= 0).all()
+
+
+def test_a_tensorflow_error_is_reported_by_its_reason_not_its_framing():
+    """tf_reason: a graph-mode OpError opens with "Graph execution error:" and where the node was
+    defined; the line a user reads is the reason (here the reshape's sizes)."""
+    import tensorflow as tf
+
+    from tag_tf.errors import tf_reason
+    from tag_tf.measure.comm import _run_tf
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None])
+        y = tf.reshape(x, [2, 3])
+    with tf.compat.v1.Session(graph=g) as sess:
+        with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+            sess.run(y, {x: [1.0] * 5})
+        assert "Graph execution error" in caught.value.message
+        assert "5 values" in tf_reason(caught.value) and "Graph execution" not in tf_reason(caught.value)
+        with pytest.raises(ProfileError, match=r"^probe: InvalidArgumentError: .*5 values"):
+            _run_tf(lambda: sess.run(y, {x: [1.0] * 5}), "probe")
+    assert tf_reason(ValueError("")) == "ValueError"
+    assert tf_reason(ValueError("first\nsecond")) == "first"
