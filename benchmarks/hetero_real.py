@@ -531,6 +531,34 @@ def distinct_plans(rows: dict, names: list[str], chief: str | None) -> list[tupl
     return [tuple(p) for p in plans]
 
 
+def group_sets_text(row: dict) -> str | None:
+    """A searched plan's op groups by the devices they run on, for a plan whose groups lie on more
+    than one set of devices (None otherwise, or for a row without its strategy): each set's hosts,
+    its number of groups and, where it splits the batch, the shares within it -- the plan's shares
+    are per device and only their ratios within a group's devices mean anything (link/cnn-wide's
+    plan gives a and b 0.0002 each beside far's 0.9997: a+b's groups split their batch 50/50, far's
+    run the whole batch)."""
+    strategy, topology = row.get("strategy"), row.get("topology")
+    if not strategy or not topology:
+        return None
+    sets: dict[tuple[int, ...], int] = {}
+    for g in strategy.get("groups") or []:
+        key = tuple(sorted(g["devices"]))
+        sets[key] = sets.get(key, 0) + 1
+    if len(sets) < 2:
+        return None
+    host_of = [m["name"] for m in topology["machines"] for gpu in m["gpus"] for _ in range(int(gpu["count"]))]
+    shares = strategy.get("shares")
+    parts = []
+    for devices, count in sets.items():
+        text = f"{'+'.join(host_of[d] for d in devices)} x{count}"
+        if len(devices) > 1:
+            weights = [float(shares[d]) if shares else 1.0 for d in devices]
+            text += " (" + "/".join(f"{w / sum(weights):.2f}" for w in weights) + ")"
+        parts.append(text)
+    return "groups " + ", ".join(parts)
+
+
 def searched_multi_host(plan: dict) -> bool:
     """Whether auto's plan is one only the search finds on two or more hosts: neither whole replicas
     (every group data-parallel on the same devices, no SFB: what the baselines are) nor one device."""
@@ -603,7 +631,7 @@ def render(data: dict) -> str:
             if rows.get("measured_with"):
                 model = f"{model} (code {rows['measured_with']['commit']}, {rows['measured_with']['date']})"
             desc = (f"{'+'.join(plan.get('hosts', []))} {plan.get('options')} "
-                    f"{'/'.join(str(s) for s in plan.get('shares') or []) or 'even'}"
+                    f"{group_sets_text(auto) or '/'.join(str(s) for s in plan.get('shares') or []) or 'even'}"
                     + (f", SFB on {plan['sfb']} gradient(s)" if plan.get("sfb") else "")
                     + (" (one device)" if plan.get("one_device") else "")
                     + (" (searched: not whole replicas)" if searched_multi_host(plan) else "")) if plan else "-"

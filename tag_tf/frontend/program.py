@@ -452,14 +452,47 @@ class TaskStep:
         close_within(self.session.close, "this task's step session")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Resolved:
+    """One run signature (targets, fetches, fed names) resolved on the compiled graph."""
+    names: tuple[str, ...]              # compiled tensor per fetch, in the user's order
+    unique: tuple[str, ...]             # ... each once
+    op_names: tuple[str, ...]
+    ops: tuple[object, ...]             # tf.Operation per op name
+    tensors: tuple[object, ...]         # tf.Tensor per unique name
+    fed: tuple[tuple[str, tuple[str, ...], tuple[object, ...]], ...]   # (original, compiled names, their refs)
+
+
 class Runner:
     """Runs original ops/tensors of one user session on its compiled session; training runs on
-    `step` when this task drives its own part of each step (between-graph execution)."""
+    `step` when this task drives its own part of each step (between-graph execution).
+
+    What a run's names are on the compiled graph is resolved once per signature (targets, fetches,
+    fed names; a training loop repeats one): resolving them every run cost about 20 us (the mlp at
+    batch 8 on one device and one core: 642 -> 624 us a step, 545 us without tag_tf). What depends
+    on the fed values (a batch too small for the plan's replicas) is checked every run."""
 
     def __init__(self, program: Program, session: tf.compat.v1.Session, step: TaskStep | None = None):
         self.program = program
         self.session = session
         self.step = step
+        self._resolved: dict[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], _Resolved] = {}
+
+    def _resolve(self, targets: Sequence[str], fetches: Sequence[str], feeds: Feeds) -> _Resolved:
+        key = (tuple(targets), tuple(fetches), tuple(feeds))
+        found = self._resolved.get(key)
+        if found is None:
+            p = self.program
+            g = p.graph
+            names = tuple(p.tensor(t) for t in fetches)
+            unique = tuple(dict.fromkeys(names))          # tf.Tensors are not hashable: dedupe by name
+            op_names = tuple(dict.fromkeys(p.op(o) for o in targets))
+            fed = tuple((name, tuple(p.feeds(name)), tuple(g.get_tensor_by_name(c).ref() for c in p.feeds(name)))
+                        for name in feeds)
+            found = _Resolved(names, unique, op_names, tuple(g.get_operation_by_name(o) for o in op_names),
+                              tuple(g.get_tensor_by_name(n) for n in unique), fed)
+            self._resolved[key] = found
+        return found
 
     def run(self, targets: Sequence[str], fetches: Sequence[str], feeds: Feeds, options: object = None,
             run_metadata: object = None, training: bool = False) -> list[object]:
@@ -470,30 +503,27 @@ class Runner:
         import tensorflow as tf
 
         p = self.program
-        names = [p.tensor(t) for t in fetches]
-        unique = list(dict.fromkeys(names))          # tf.Tensors are not hashable: dedupe by name
-        op_names = list(dict.fromkeys(p.op(o) for o in targets))
+        r = self._resolve(targets, fetches, feeds)
         for name, value in feeds.items():
             p.check_batch(name, value)
         try:
             if training and self.step is not None:
                 if not self.step.batch_checked:
                     self.step.check_same_batch({n: v for n, v in feeds.items() if n in p.batch_inputs})
-                values = self.step.run(op_names, unique, {c: v for n, v in feeds.items() for c in p.feeds(n)}, options,
-                                       run_metadata)
+                values = self.step.run(list(r.op_names), list(r.unique),
+                                       {c: feeds[n] for n, compiled, _ in r.fed for c in compiled}, options, run_metadata)
             else:
-                feed = {p.graph.get_tensor_by_name(c).ref(): value for name, value in feeds.items()
-                        for c in p.feeds(name)}
-                values = original_do_run(self.session, None, [p.graph.get_operation_by_name(o) for o in op_names],
-                                         [p.graph.get_tensor_by_name(n) for n in unique], feed, options,
-                                         run_metadata)
+                feed = {ref: feeds[n] for n, _, refs in r.fed for ref in refs}
+                values = original_do_run(self.session, None, list(r.ops), list(r.tensors), feed, options, run_metadata)
         except tf.errors.OpError as e:
             if p.target.cluster is not None and isinstance(e, (tf.errors.UnavailableError,
                                                               tf.errors.DeadlineExceededError)):
                 raise p.target.explain(e) from None
             raise
-        by_name = dict(zip(unique, values))
-        return [by_name[n] for n in names]
+        if len(r.unique) == len(r.names):
+            return list(values)
+        by_name = dict(zip(r.unique, values))
+        return [by_name[n] for n in r.names]
 
     def close(self) -> None:
         from tag_tf.runtime.sessions import close_within

@@ -295,6 +295,29 @@ class Simulator:
         rate = sum(1.0 / per_type[t] for t in p.dev_type if per_type[t] > 0)
         return 1.0 / rate if rate > 0 else 0.0
 
+    def split_floor_s(self) -> float:
+        """Compute floor of a plan that splits the batch (data parallel, uneven shares, any subset of
+        devices; communication free): each device computing runs every op once per step, paying the
+        op's fixed cost in full, and takes the share of the batch that makes every device finish
+        together; a device whose fixed costs alone take longer takes none. `lower_bound_s` spreads
+        the fixed costs too, as if each device computed whole batches of its own: no plan that
+        splits one batch over devices reaches it where fixed costs are a large part of a step (a
+        step of a few samples per GPU)."""
+        p = self.prepared
+        n, batch = p.num_ops, p.batch
+        fixed = p.op_fixed.reshape(-1, n).sum(axis=1)
+        per_sample = p.op_per_sample.reshape(-1, n).sum(axis=1)
+        devices = [(float(fixed[t]), float(per_sample[t])) for t in p.dev_type if per_sample[t] > 0]
+        if not devices:
+            return 0.0
+        while True:   # T with sum((T - F_d) / P_d) = batch over the devices whose F_d < T
+            rate = sum(1.0 / ps for _, ps in devices)
+            floor = (batch + sum(f / ps for f, ps in devices)) / rate
+            kept = [(f, ps) for f, ps in devices if f < floor]
+            if len(kept) == len(devices):
+                return floor
+            devices = kept
+
     def device_rates(self) -> list[float]:
         """Samples per second each device computes the whole graph at, by this simulator's (calibrated)
         op costs: a better capacity for batch shares than datasheet peaks."""

@@ -111,6 +111,29 @@ def test_a_searched_plan_on_several_hosts_is_named_with_its_speedup_and_a_varian
     assert model_batch("cnn-wide", args) == 96 and model_batch("cnn", args) == 48
 
 
+def test_a_plan_with_groups_on_several_device_sets_shows_each_sets_shares():
+    """Shares are per device and mean something only within a group's devices: a plan with groups on
+    a+b and on far alone shows each set with its groups and the split within it, not the per-device
+    shares over all hosts (0.0/0.0/1.0 read as "far takes the batch")."""
+    from benchmarks.hetero_real import group_sets_text, render
+
+    topology = {"machines": [{"name": n, "gpus": [{"count": 1, "type": "cpu"}]} for n in ("a", "b", "far")]}
+    strategy = {"groups": [{"devices": [0, 1]}, {"devices": [1]}, {"devices": [1, 0]}, {"devices": [2]}],
+                "shares": [0.0003, 0.0001, 0.9996]}
+    auto = {"strategy": strategy, "topology": topology, "median_ms": 1000.0, "predicted_ms": 990.0,
+            "plan": {"hosts": ["a", "b", "far"], "options": ["allreduce"], "shares": [0.0, 0.0, 1.0],
+                     "whole_replicas": False, "one_device": False, "devices": [0, 1, 2]}}
+    assert group_sets_text(auto) == "groups a+b x2 (0.75/0.25), b x1, far x1"
+    assert group_sets_text(dict(auto, strategy=dict(strategy, groups=strategy["groups"][:1]))) is None
+    assert group_sets_text({"plan": auto["plan"]}) is None
+    data = {"date": "2026-11-27", "machine": "x86_64", "cores": 2, "commit": "abc", "batch": 48, "steps": 15,
+            "warmup": 5, "clusters": {"link": {"measured": {"hosts": [{"name": "a", "cpu_speed": 0.5}],
+                                                            "links": [{"bandwidth_bps": 48e6}]},
+                                               "models": {"cnn-wide": {"tag-auto": auto, "plain": {"median_ms": 1400.0}}}}}}
+    text = render(data)
+    assert "a+b+far ['allreduce'] groups a+b x2 (0.75/0.25), b x1, far x1" in text and "0.0/0.0/1.0" not in text
+
+
 def test_rows_measured_now_replace_only_themselves_and_the_rest_say_when_they_were_measured():
     """`--rows tag-auto,tag-best-subset --merge`: the model's other rows stay, each cell naming the
     code it was measured with; an unknown row is refused by name."""

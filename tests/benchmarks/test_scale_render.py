@@ -32,7 +32,8 @@ def test_every_row_and_verdict_is_rendered_from_the_json(data):
                 assert f"| {label} | {size} | {name} | {s['iteration_ms']:.2f} | {s['call_ms']:.1f} |" in text
             plan = row.get("plan")
             if plan and "error" not in plan:
-                assert f"| {plan['plan_ms']:.2f} | {plan['x_lower_bound']:.2f} | {plan['vs_horovod_p']:.2f}x |" in text
+                floor = f"{plan['x_split_floor']:.2f}" if "x_split_floor" in plan else "-"
+                assert f"| {plan['plan_ms']:.2f} | {plan['x_lower_bound']:.2f} | {floor} | {plan['vs_horovod_p']:.2f}x |" in text
 
 
 def test_collapsed_simulations_agree_with_full_ones_where_both_ran(data):

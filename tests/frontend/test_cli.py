@@ -74,6 +74,7 @@ def test_plan_then_simulate_the_plan(capsys, tmp_path):
                                        "dp+sfb", "dp-p+sfb", "horovod+sfb", "horovod-p+sfb"}
     assert out["speedup_vs_best_subset"] >= 1.0 - 1e-9
     assert out["iteration_time_s"] <= min(out["baselines"].values()) and sim["lower_bound_s"] > 0
+    assert 0 < out["lower_bound_s"] < out["split_floor_s"] == pytest.approx(sim["split_floor_s"])
 
 
 def test_plan_with_and_without_sfb(capsys, tmp_path):

@@ -598,6 +598,28 @@ def test_ops_created_after_training_run_on_one_device_with_the_trained_values(ca
         assert not np.array_equal(sess.run(model.weights[1]), np.ones(10))
 
 
+def test_a_run_signature_is_resolved_once_and_repeated_fetches_keep_their_places(cache):
+    """The compiled run of a signature (targets, fetches, fed names) is resolved on its first run and
+    reused: a training loop of one signature resolves one; a fetch list naming the loss twice gets it
+    in both places, with the plain program's values."""
+    def run(distributed: bool) -> tuple[list[float], int]:
+        model = Model()
+        context = dist(cache) if distributed else contextlib.nullcontext()
+        with context as d, tf.compat.v1.Session(graph=model.graph) as sess:
+            sess.run(model.init)
+            train_with_session(model, 3, sess)
+            x, y = batch(9)
+            out = sess.run([model.loss, model.accuracy, model.loss], {model.x: x, model.y: y})
+            resolved = len(d._sessions[sess].runner._resolved) if distributed else 0
+            return [float(v) for v in out], resolved
+
+    plain, _ = run(False)
+    distributed, resolved = run(True)
+    assert distributed[0] == distributed[2]
+    np.testing.assert_allclose(distributed, plain, rtol=RTOL)
+    assert resolved == 2              # the loop's signature and the last run's
+
+
 def test_batch_smaller_than_the_replicas_runs_on_one_device(cache):
     """Predicting one example after training: the plan splits batches over 2 replicas, a batch of 1
     runs on one device with the trained values (the plain program's result), and so does a training

@@ -333,3 +333,24 @@ def test_messages_between_machines_overlap_their_latencies():
         busiest = max(moving.count(0), moving.count(1))
         assert busiest >= 5
         assert 2e-3 < report.iteration_time_s < 0.5 * busiest * 2e-3, (plan.name, report.iteration_time_s, busiest)
+
+
+def test_the_split_floor_pays_every_fixed_cost_on_every_device_and_no_batch_splitting_plan_beats_it():
+    """split_floor_s: on equal devices it is one device's fixed costs plus its share of the batch's
+    per-sample work; on the calibrated testbed and cloud it lies between the compute lower bound
+    (which spreads the fixed costs too) and every baseline that splits the batch."""
+    _, a = analysis_of("resnet101", tiny=False)
+    for preset in ("testbed", "cloud"):
+        topo = load_topology(preset)
+        sim = Simulator(a, topo)
+        floor = sim.split_floor_s()
+        assert sim.lower_bound_s() < floor
+        for name in ("dp", "dp-p", "horovod-p"):
+            assert floor <= sim.simulate(baseline(name, sim.num_groups, topo)).iteration_time_s, name
+    one = Simulator(a, load_topology({"name": "one-type", "machines": [{"name": "m", "gpus": "4x V100-32GB",
+                                                                     "intra": "nvlink 50GB/s"}]}))
+    p = one.prepared
+    n, t = p.num_ops, int(p.dev_type[0])
+    fixed, per_sample = p.op_fixed.reshape(-1, n)[t].sum(), p.op_per_sample.reshape(-1, n)[t].sum()
+    assert one.split_floor_s() == pytest.approx(fixed + per_sample * one.batch_size / 4, rel=1e-6)
+    assert one.lower_bound_s() == pytest.approx((fixed + per_sample * one.batch_size) / 4, rel=1e-6)

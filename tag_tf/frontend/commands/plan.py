@@ -182,7 +182,7 @@ def _report(args: argparse.Namespace, local: bool, source: str, analysis: Analys
             **({"local_runtime": args.local_runtime,
                 "between_graph": cast("LocalSimulator", sim).machine.setup.between_graph} if local else {}),
             "iteration_time_s": seconds, "baselines": {k: _seconds(v) for k, v in baselines.items()},
-            "best_baseline": best, "lower_bound_s": sim.lower_bound_s(),
+            "best_baseline": best, "lower_bound_s": sim.lower_bound_s(), "split_floor_s": sim.split_floor_s(),
             "speedup_vs_dp": _ratio(baselines.get("dp"), seconds),
             "speedup_vs_best_baseline": None if best is None else _ratio(baselines[best], seconds),
             "speedup_vs_best_subset": _ratio(baselines.get("best-subset"), seconds),
@@ -198,7 +198,8 @@ def _print(out: dict[str, Any], args: argparse.Namespace, sim: Simulator) -> Non
     best = out["best_baseline"]
     speedup = "no baseline runs here" if best is None else f"{out['speedup_vs_best_baseline']:.2f}x over {best}"
     print(f"{out['model']} on {out['topology']}: {out['iteration_time_s'] * 1e3:.2f} ms per iteration "
-          f"(simulated), {speedup}; compute lower bound {sim.lower_bound_s() * 1e3:.2f} ms "
+          f"(simulated), {speedup}; compute lower bound {sim.lower_bound_s() * 1e3:.2f} ms, "
+          f"{sim.split_floor_s() * 1e3:.2f} ms for plans that split the batch "
           f"({out['simulations']} strategies in {out['planning_time_s']:.1f} s, {out['search']} search)")
     for name, t in out["baselines"].items():
         print(f"  {name:<11} {_ms(math.inf if t is None else t)}")

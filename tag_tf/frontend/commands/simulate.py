@@ -62,7 +62,7 @@ def run(args) -> int:
             plot_gantt(graph, result, args.gantt,
                        title=f"{loaded.source} on {topology.name}, {args.strategy} (simulated)")
     out = {"model": loaded.source, "topology": topology.name, "calibration": sim.calibration_name, "strategy": args.strategy, "simulated": True,
-           **report.to_dict(), "lower_bound_s": sim.lower_bound_s(), "fusion_bytes": strategy.fusion_bytes,
+           **report.to_dict(), "lower_bound_s": sim.lower_bound_s(), "split_floor_s": sim.split_floor_s(), "fusion_bytes": strategy.fusion_bytes,
            "sync_after_backward": strategy.sync_after_backward, "sfb": [c.to_dict() for c in strategy.sfb],
            "cost_sources": dict(sim.costs.source), "math_modes": dict(sim.costs.modes), "profiles": dict(costs.files) if costs else {}, "timers": ctx.timing_report()}
     if args.json:
