@@ -258,6 +258,35 @@ def _tail(lines: list[str], n: int = 3) -> str:
     return " | ".join(line for line in lines[-n:])
 
 
+def _failed(what: str, lines: list[str]) -> dict:
+    """A row that did not run: its last lines, and the first error any host logged (`first_error`):
+    where one task fails, the others' last lines say only that it went away."""
+    row = {"error": f"{what}: {_tail(lines)}"}
+    first = first_error(lines)
+    if first:
+        row["first_error"] = first
+    return row
+
+
+def first_error(lines: list[str]) -> str | None:
+    """The first error a host logged, as "[host] message": TensorFlow's error log lines (" E " after
+    the timestamp, the timestamp dropped) with the remote call they name on the next line, else the
+    first line of a Python exception; None where no line is one."""
+    import re
+
+    for k, line in enumerate(lines):
+        host, _, text = line.partition("] ")
+        logged = re.match(r"\d{4}-\d\d-\d\d [\d:.]+: E \S+\] (.*)", text)
+        if logged:
+            message = logged.group(1)
+            nxt = lines[k + 1].partition("] ")[2] if k + 1 < len(lines) else ""
+            call = re.search(r"while calling (\S+?):?$", nxt)
+            return f"{host}] {message}" + (f" (calling {call.group(1)})" if call else "")
+        if re.match(r"[A-Za-z_.]+(Error|Exception): ", text):
+            return f"{host}] {text}"
+    return None
+
+
 def run_row(emu, row: str, model: str, args: argparse.Namespace, env: dict) -> dict:
     names = [h.name for h in emu.cluster.hosts]
     lines: list[str] = []
@@ -270,7 +299,7 @@ def run_row(emu, row: str, model: str, args: argparse.Namespace, env: dict) -> d
             return {"error": f"{row} did not finish in {TIMEOUT_S} s"}
         lines = [f"[{names[0]}] {line}" for line in out.splitlines()]
         found = _rows_of(lines)
-        return found.get(names[0]) or {"error": f"{row} exited {p.returncode}: {_tail(lines)}"}
+        return found.get(names[0]) or _failed(f"{row} exited {p.returncode}", lines)
     if row == "horovod":
         try:
             import horovod  # noqa: F401
@@ -282,7 +311,7 @@ def run_row(emu, row: str, model: str, args: argparse.Namespace, env: dict) -> d
     code = emu.run_everywhere(argv, timeout_s=TIMEOUT_S, env=env, out=lines.append)
     found = _rows_of(lines)
     if code != 0 or names[0] not in found:
-        return {"error": f"{row} exited {code}: {_tail(lines)}"}
+        return _failed(f"{row} exited {code}", lines)
     result = dict(found[names[0]])
     if row in ("mwms", "horovod"):   # each task reports the mean loss of its shard (equal shards): the mean of those
         result["first_loss"] = statistics.mean(r["first_loss"] for r in found.values())
@@ -637,6 +666,11 @@ def render(data: dict) -> str:
                     + (" (searched: not whole replicas)" if searched_multi_host(plan) else "")) if plan else "-"
             pred = f"{auto['predicted_ms']:.1f}" if "predicted_ms" in auto else "-"
             lines.append(f"| {model} | " + " | ".join(cells) + f" | {desc} | {pred} |")
+        failed = [(model, row, rows[row]["first_error"]) for model, rows in c["models"].items() for row in ROWS
+                  if isinstance(rows.get(row), dict) and rows[row].get("first_error")]
+        if failed:
+            lines += [""] + [f"- {row} on {model} stopped; the first error a host logged: `{text}`"
+                             for model, row, text in failed]
         lines.append("")
     v = verdicts(data)      # from the rows as stored: every figure below is derived from a measured row
     lines += ["| cluster/model | auto / best of baselines and plain | best | rows that ran auto's plan | "

@@ -314,3 +314,30 @@ def test_horovod_runs_where_each_emulated_host_name_resolves_to_its_own_address(
     lines = (tmp_path / "hosts").read_text().splitlines()
     assert lines[0] == "127.0.0.1 localhost"
     assert lines[1:] == [f"{cluster.address(i)} {h.name}" for i, h in enumerate(cluster.hosts)]
+
+
+def test_a_row_that_stopped_names_the_first_error_any_host_logged():
+    """Where one task fails the others' last lines say only that it went away: the row keeps the
+    first error logged (TensorFlow's error log line and the call it names, or a Python exception),
+    and the section shows it under the cluster's table."""
+    from benchmarks.hetero_real import _failed, first_error, render
+
+    lines = ["[a  ] starting",
+             "[far] 2026-11-29 12:34:47.356641: E external/local_tsl/tsl/distributed_runtime/coordination/"
+             "coordination_service_agent.cc:770] Coordination agent is set to ERROR: DEADLINE_EXCEEDED: Deadline Exceeded",
+             "[far] Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling "
+             "/tensorflow.CoordinationService/Heartbeat:",
+             "[b  ] 2026-11-29 12:34:48.1: E external/x.cc:1] Coordination agent is set to ERROR: UNAVAILABLE",
+             "[b  ] tensorflow.python.framework.errors_impl.UnavailableError: failed to connect"]
+    expected = ("[far] Coordination agent is set to ERROR: DEADLINE_EXCEEDED: Deadline Exceeded "
+                "(calling /tensorflow.CoordinationService/Heartbeat)")
+    assert first_error(lines) == expected
+    assert first_error(lines[-1:]) == "[b  ] tensorflow.python.framework.errors_impl.UnavailableError: failed to connect"
+    assert first_error(["[a] fine"]) is None
+    row = _failed("mwms exited 1", lines)
+    assert row["first_error"] == expected and row["error"].startswith("mwms exited 1: [far] Additional")
+    data = {"date": "2026-11-27", "machine": "x86_64", "cores": 2, "commit": "abc", "batch": 48, "steps": 15,
+            "warmup": 5, "clusters": {"link": {"measured": {"hosts": [{"name": "a", "cpu_speed": 0.5}],
+                                                            "links": [{"bandwidth_bps": 48e6}]},
+                                               "models": {"cnn-wide": {"mwms": row, "plain": {"median_ms": 1400.0}}}}}}
+    assert f"- mwms on cnn-wide stopped; the first error a host logged: `{expected}`" in render(data)
