@@ -63,8 +63,10 @@ def run_row(model: str, preset: str, budget: float) -> dict[str, Any]:
                     "devices": len({d for g in plan.groups for d in g.devices})}
         if key == "without":
             row["lower_bound_ms"] = sim.lower_bound_s() * 1e3
+            row["split_floor_ms"] = sim.split_floor_s() * 1e3
     row["speedup"] = row["without"]["ms"] / row["with"]["ms"]
     row["with_over_bound"] = row["with"]["ms"] / row["lower_bound_ms"]
+    row["ceiling"] = row["without"]["ms"] / row["split_floor_ms"]       # the most pipelining can give (FLOOR)
     return row
 
 
@@ -80,6 +82,12 @@ def verdicts(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out["bert_small_testbed_over_bound"] = None if bound is None else bound["with_over_bound"]
     out["bound_met"] = bool(bound is not None and bound["with_over_bound"] <= BOUND_RATIO)
     out["pipelined_rows"] = sorted(k for k, r in rows.items() if r["with"]["microbatches"] > 1)
+    # What the op costs allow at all (FLOOR): a target row whose plan without pipelining is within
+    # TARGET_SPEEDUP of the split floor, or a bound below the split floor, cannot be met by any plan.
+    out["targets_out_of_reach"] = {k: r["ceiling"] for k, r in rows.items()
+                                   if k.split("/")[1] in TARGET_MODELS and "ceiling" in r and r["ceiling"] < TARGET_SPEEDUP}
+    out["bert_small_testbed_floor_over_bound"] = (None if bound is None or "split_floor_ms" not in bound
+                                                  else bound["split_floor_ms"] / bound["lower_bound_ms"])
     return out
 
 
@@ -88,14 +96,22 @@ def render(data: dict[str, Any]) -> str:
     lines = [f"SIMULATED ({data['date']}, code {data['commit']}, {data['budget_s']:g} s search budget each, seed 0): "
              "`auto` with its pipelining phase against the same search without it. A row is pipelined where the "
              "plan kept has micro-batches (M > 1).", "",
-             "| preset / model | batch | without, ms | with, ms | speed-up | plan kept | with / lower bound |",
-             "|---|---|---|---|---|---|---|"]
+             "The split floor (`Simulator.split_floor_s`) is the least any plan that splits the batch computes "
+             "in under these op costs (every computing device pays each op's fixed cost once a step, shares "
+             "perfect, communication free); a GPipe pipeline of S stages and M micro-batches pays each op's fixed "
+             "cost (M+S-1)/S times and its per-sample work (M+S-1)/M times along its critical path, so it does "
+             "not go below it either (equal devices). `without / split floor` is thus the most pipelining "
+             "can gain on a row.", "",
+             "| preset / model | batch | without, ms | with, ms | speed-up | plan kept | with / lower bound | "
+             "split floor, ms | without / split floor |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for key, r in data["rows"].items():
         w = r["with"]
         kept = (f"M={w['microbatches']}, {w['device_sets']} device set(s), {w['devices']} devices"
                 if w["microbatches"] > 1 else "no pipeline")
+        floor = (f"{r['split_floor_ms']:.1f} | {r['ceiling']:.2f}x" if "split_floor_ms" in r else "- | -")
         lines.append(f"| {key} | {r['batch']} | {r['without']['ms']:.1f} | {w['ms']:.1f} | {r['speedup']:.2f}x | "
-                     f"{kept} | {r['with_over_bound']:.2f}x |")
+                     f"{kept} | {r['with_over_bound']:.2f}x | {floor} |")
     targets = ", ".join(f"{k} {x:.2f}x" for k, x in v["targets_speedup"].items())
     lines += ["", f"Targets: >= {TARGET_SPEEDUP}x on {' and '.join(TARGET_MODELS)} -- "
               f"{'met' if v['targets_met'] else 'NOT MET'} ({targets}); never slower (1% tolerance) -- "
@@ -103,6 +119,13 @@ def render(data: dict[str, Any]) -> str:
               f"{BOUND_PRESET} <= {BOUND_RATIO}x the lower bound -- "
               + ("not run" if v["bert_small_testbed_over_bound"] is None else
                  f"{'met' if v['bound_met'] else 'NOT MET'} ({v['bert_small_testbed_over_bound']:.2f}x)") + "."]
+    reach = v.get("targets_out_of_reach")
+    if reach is not None:
+        floor = v.get("bert_small_testbed_floor_over_bound")
+        lines += ["", "Out of reach under these op costs: " +
+                  (", ".join(f"{k} (at most {x:.2f}x)" for k, x in reach.items()) or "no target row") +
+                  ("" if floor is None else
+                   f"; {BOUND_MODEL} on the {BOUND_PRESET}: its split floor is {floor:.2f}x the lower bound") + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -14,6 +14,7 @@ from tag_tf.context import PassContext
 from tag_tf.profile.costs import OpCosts
 from tag_tf.search.baselines import data_parallel, random_strategy
 from tag_tf.search.registry import baseline
+from tag_tf.search.stages import pipeline_plan, stage_blocks, stage_capacities
 from tag_tf.sim.prepare import device_types
 from tag_tf.sim.simulator import TASK_KINDS, Simulator, training_costs
 from tag_tf.strategy import GroupPlan, Option, Strategy
@@ -338,7 +339,8 @@ def test_messages_between_machines_overlap_their_latencies():
 def test_the_split_floor_pays_every_fixed_cost_on_every_device_and_no_batch_splitting_plan_beats_it():
     """split_floor_s: on equal devices it is one device's fixed costs plus its share of the batch's
     per-sample work; on the calibrated testbed and cloud it lies between the compute lower bound
-    (which spreads the fixed costs too) and every baseline that splits the batch."""
+    (which spreads the fixed costs too) and every baseline that splits the batch, and pipelines
+    (which pay fixed costs per micro-batch) do not go below it either."""
     _, a = analysis_of("resnet101", tiny=False)
     for preset in ("testbed", "cloud"):
         topo = load_topology(preset)
@@ -347,6 +349,10 @@ def test_the_split_floor_pays_every_fixed_cost_on_every_device_and_no_batch_spli
         assert sim.lower_bound_s() < floor
         for name in ("dp", "dp-p", "horovod-p"):
             assert floor <= sim.simulate(baseline(name, sim.num_groups, topo)).iteration_time_s, name
+        caps = stage_capacities(sim, topo)       # a pipeline pays fixed costs per micro-batch: no lower
+        for blocks in stage_blocks(topo, caps)[:2]:
+            plan = pipeline_plan(a, blocks, 2, fractions=[sum(caps[d] for d in b) for b in blocks], shares=caps)
+            assert floor <= sim.simulate(plan).iteration_time_s, blocks
     one = Simulator(a, load_topology({"name": "one-type", "machines": [{"name": "m", "gpus": "4x V100-32GB",
                                                                      "intra": "nvlink 50GB/s"}]}))
     p = one.prepared
