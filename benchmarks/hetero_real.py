@@ -269,17 +269,17 @@ def _failed(what: str, lines: list[str]) -> dict:
 
 
 def first_error(lines: list[str]) -> str | None:
-    """The first error a host logged, as "[host] message": TensorFlow's error log lines (" E " after
-    the timestamp, the timestamp dropped) with the remote call they name on the next line, else the
-    first line of a Python exception; None where no line is one."""
+    """The first error a host logged, as "[host] message": TensorFlow's error and fatal log lines
+    (" E " or " F " after the timestamp, the timestamp dropped) with the remote call they name on
+    that host's next line, else the first line of a Python exception; None where no line is one."""
     import re
 
     for k, line in enumerate(lines):
         host, _, text = line.partition("] ")
-        logged = re.match(r"\d{4}-\d\d-\d\d [\d:.]+: E \S+\] (.*)", text)
+        logged = re.match(r"\d{4}-\d\d-\d\d [\d:.]+: [EF] \S+\] (.*)", text)
         if logged:
             message = logged.group(1)
-            nxt = lines[k + 1].partition("] ")[2] if k + 1 < len(lines) else ""
+            nxt = next((ln.partition("] ")[2] for ln in lines[k + 1:] if ln.partition("] ")[0] == host), "")
             call = re.search(r"while calling (\S+?):?$", nxt)
             return f"{host}] {message}" + (f" (calling {call.group(1)})" if call else "")
         if re.match(r"[A-Za-z_.]+(Error|Exception): ", text):
@@ -583,6 +583,8 @@ def group_sets_text(row: dict) -> str | None:
         text = f"{'+'.join(host_of[d] for d in devices)} x{count}"
         if len(devices) > 1:
             weights = [float(shares[d]) if shares else 1.0 for d in devices]
+            if not sum(weights) > 0:
+                weights = [1.0] * len(devices)
             text += " (" + "/".join(f"{w / sum(weights):.2f}" for w in weights) + ")"
         parts.append(text)
     return "groups " + ", ".join(parts)

@@ -82,12 +82,15 @@ def verdicts(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out["bert_small_testbed_over_bound"] = None if bound is None else bound["with_over_bound"]
     out["bound_met"] = bool(bound is not None and bound["with_over_bound"] <= BOUND_RATIO)
     out["pipelined_rows"] = sorted(k for k, r in rows.items() if r["with"]["microbatches"] > 1)
-    # What the op costs allow at all (FLOOR): a target row whose plan without pipelining is within
-    # TARGET_SPEEDUP of the split floor, or a bound below the split floor, cannot be met by any plan.
+    # What the op costs allow (the split floor): a target row whose plan without pipelining is within
+    # TARGET_SPEEDUP of its split floor, or a bound below the split floor, cannot be met by a plan that
+    # splits the batch, nor by a pipeline of equal stages.
     out["targets_out_of_reach"] = {k: r["ceiling"] for k, r in rows.items()
                                    if k.split("/")[1] in TARGET_MODELS and "ceiling" in r and r["ceiling"] < TARGET_SPEEDUP}
     out["bert_small_testbed_floor_over_bound"] = (None if bound is None or "split_floor_ms" not in bound
                                                   else bound["split_floor_ms"] / bound["lower_bound_ms"])
+    out["bound_out_of_reach"] = bool(out["bert_small_testbed_floor_over_bound"] is not None
+                                     and out["bert_small_testbed_floor_over_bound"] > BOUND_RATIO)
     return out
 
 
@@ -122,10 +125,10 @@ def render(data: dict[str, Any]) -> str:
     reach = v.get("targets_out_of_reach")
     if reach is not None:
         floor = v.get("bert_small_testbed_floor_over_bound")
-        lines += ["", "Out of reach under these op costs: " +
-                  (", ".join(f"{k} (at most {x:.2f}x)" for k, x in reach.items()) or "no target row") +
-                  ("" if floor is None else
-                   f"; {BOUND_MODEL} on the {BOUND_PRESET}: its split floor is {floor:.2f}x the lower bound") + "."]
+        lines += ["", "Out of reach under these op costs for plans that split the batch and pipelines of equal "
+                  "stages: " + (", ".join(f"{k} (at most {x:.2f}x)" for k, x in reach.items()) or "no target row") +
+                  (f"; {BOUND_MODEL} on the {BOUND_PRESET}: its split floor is {floor:.2f}x the lower bound"
+                   if v.get("bound_out_of_reach") else "") + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -69,5 +69,9 @@ def tf_reason(error: BaseException) -> str:
     first line, else the error's type."""
     message = str(getattr(error, "message", None) or error).strip()
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    reasons = [ln for ln in lines if not ln.startswith(_TF_FRAMING)]
+    if any(ln.startswith("Detected at node") for ln in lines):     # the stack where the node was defined
+        start = next(k for k, ln in enumerate(lines) if ln.startswith("Detected at node"))
+        end = next((k for k in range(start, len(lines)) if lines[k].startswith("Node:")), start)
+        lines = lines[:start] + lines[end + 1:]
+    reasons = [ln for ln in lines if not ln.startswith(_TF_FRAMING) and "root error(s) found" not in ln]
     return (reasons or lines or [type(error).__name__])[0]

@@ -57,8 +57,8 @@ FABRIC_SHARED = 0.95       # a ring's hops below this share of its slowest link:
 COPY_KEY = 1 << 28         # collective group and instance keys of the copy probe: far from the compiler's
 MESSAGE_CHAIN = 40         # 256x256 products on the task while its messages are handled (~13 ms on a full core)
 MESSAGES = 16              # small transfers each way per timed step of the message probe
-PROBE_KEY_BITS = 22        # _all_reduce_time's instance keys: COPY_KEY + (slot + 1) << 22 + the element count
-PROBE_SLOTS = 64           # ... below COPY_KEY + 65 << 22 (int32 keys; the step probe's lie below COPY_KEY + 1 << 22)
+PROBE_KEY_BITS = 22        # _all_reduce_time's instance keys: COPY_KEY + ((slot + 1) << 22) + the element count
+PROBE_SLOTS = 64           # ... below COPY_KEY + (65 << 22) (int32 keys; the step probe's lie below COPY_KEY + (1 << 22))
 COLLECTIVE_PROBES = 12     # tiny all-reduces over every task per timed step of the all-reduce step probe
 
 

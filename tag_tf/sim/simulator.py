@@ -11,6 +11,7 @@ bandwidths or fitted communication profiles.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -308,15 +309,16 @@ class Simulator:
         fixed = p.op_fixed.reshape(-1, n).sum(axis=1)
         per_sample = p.op_per_sample.reshape(-1, n).sum(axis=1)
         devices = [(float(fixed[t]), float(per_sample[t])) for t in p.dev_type if per_sample[t] > 0]
-        if not devices:
-            return 0.0
-        while True:   # T with sum((T - F_d) / P_d) = batch over the devices whose F_d < T
+        # A device whose ops cost nothing per sample takes the whole batch in its fixed costs.
+        free = min((float(fixed[t]) for t in p.dev_type if not per_sample[t] > 0), default=math.inf)
+        while devices:   # T with sum((T - F_d) / P_d) = batch over the devices whose F_d <= T
             rate = sum(1.0 / ps for _, ps in devices)
             floor = (batch + sum(f / ps for f, ps in devices)) / rate
-            kept = [(f, ps) for f, ps in devices if f < floor]
+            kept = [(f, ps) for f, ps in devices if f <= floor]     # the least F_d always stays
             if len(kept) == len(devices):
-                return floor
+                return min(floor, free)
             devices = kept
+        return free if math.isfinite(free) else 0.0
 
     def device_rates(self) -> list[float]:
         """Samples per second each device computes the whole graph at, by this simulator's (calibrated)

@@ -325,6 +325,8 @@ def test_a_row_that_stopped_names_the_first_error_any_host_logged():
     lines = ["[a  ] starting",
              "[far] 2026-11-29 12:34:47.356641: E external/local_tsl/tsl/distributed_runtime/coordination/"
              "coordination_service_agent.cc:770] Coordination agent is set to ERROR: DEADLINE_EXCEEDED: Deadline Exceeded",
+             "[b  ] Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling "
+             "/tensorflow.WorkerService/RecvTensor:",
              "[far] Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling "
              "/tensorflow.CoordinationService/Heartbeat:",
              "[b  ] 2026-11-29 12:34:48.1: E external/x.cc:1] Coordination agent is set to ERROR: UNAVAILABLE",
@@ -334,6 +336,7 @@ def test_a_row_that_stopped_names_the_first_error_any_host_logged():
     assert first_error(lines) == expected
     assert first_error(lines[-1:]) == "[b  ] tensorflow.python.framework.errors_impl.UnavailableError: failed to connect"
     assert first_error(["[a] fine"]) is None
+    assert first_error(["[a] 2026-11-29 12:00:00.1: F tensorflow/core/x.cc:9] Check failed: ok"]) == "[a] Check failed: ok"
     row = _failed("mwms exited 1", lines)
     assert row["first_error"] == expected and row["error"].startswith("mwms exited 1: [far] Additional")
     data = {"date": "2026-11-27", "machine": "x86_64", "cores": 2, "commit": "abc", "batch": 48, "steps": 15,

@@ -189,5 +189,11 @@ def test_a_tensorflow_error_is_reported_by_its_reason_not_its_framing():
         assert "5 values" in tf_reason(caught.value) and "Graph execution" not in tf_reason(caught.value)
         with pytest.raises(ProfileError, match=r"^probe: InvalidArgumentError: .*5 values"):
             _run_tf(lambda: sess.run(y, {x: [1.0] * 5}), "probe")
+    framed = ValueError()
+    framed.message = ("Graph execution error:\n\nDetected at node 'r' defined at (most recent call last):\n"
+                      "  File \"train.py\", line 3, in <module>\n    y = tf.reshape(x, [2, 3])\nNode: 'r'\n"
+                      "2 root error(s) found.\n  (0) INVALID_ARGUMENT: Input to reshape is a tensor with 5 values\n"
+                      "\t [[{{node r}}]]")
+    assert tf_reason(framed) == "(0) INVALID_ARGUMENT: Input to reshape is a tensor with 5 values"
     assert tf_reason(ValueError("")) == "ValueError"
     assert tf_reason(ValueError("first\nsecond")) == "first"
