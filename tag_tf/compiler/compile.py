@@ -16,7 +16,7 @@ from tag_tf.analysis import Analysis
 from tag_tf.compiler.builder import GraphBuilder
 from tag_tf.compiler.devices import DeviceMap
 from tag_tf.context import PassContext
-from tag_tf.errors import CompileError, GraphError
+from tag_tf.errors import CompileError, GraphError, tf_reason
 from tag_tf.ir import Graph, TensorRef
 from tag_tf.placement.layout import Placement, resolve
 from tag_tf.strategy import Strategy
@@ -120,8 +120,7 @@ def check_compiled(analysis: Analysis, compiled: Compiled) -> None:
         with g.as_default():
             tf.graph_util.import_graph_def(gd, name="")
     except (ValueError, tf.errors.InvalidArgumentError) as e:
-        first = str(e).strip().splitlines()[0]
-        raise CompileError(f"compiled graph does not import into TensorFlow: {first}") from None
+        raise CompileError(f"compiled graph does not import into TensorFlow: {tf_reason(e)}") from None
     for orig, new in compiled.fetch_tensors.items():
         want = analysis.graph.tensor(orig)
         got = g.get_tensor_by_name(new)

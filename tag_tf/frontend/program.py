@@ -487,8 +487,8 @@ class Runner:
             names = tuple(p.tensor(t) for t in fetches)
             unique = tuple(dict.fromkeys(names))          # tf.Tensors are not hashable: dedupe by name
             op_names = tuple(dict.fromkeys(p.op(o) for o in targets))
-            fed = tuple((name, tuple(p.feeds(name)), tuple(g.get_tensor_by_name(c).ref() for c in p.feeds(name)))
-                        for name in feeds)
+            compiled = {name: tuple(p.feeds(name)) for name in feeds}
+            fed = tuple((name, cs, tuple(g.get_tensor_by_name(c).ref() for c in cs)) for name, cs in compiled.items())
             found = _Resolved(names, unique, op_names, tuple(g.get_operation_by_name(o) for o in op_names),
                               tuple(g.get_tensor_by_name(n) for n in unique), fed)
             self._resolved[key] = found

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tag_tf.errors import CompileError, TagError
+from tag_tf.errors import CompileError, TagError, tf_reason
 from tag_tf.frontend.program import GraphInfo, Runner
 from tag_tf.frontend.session_patch import bypass
 from tag_tf.frontend.session_values import read_variables, write_variables
@@ -116,7 +116,7 @@ def sync_back(sess: tf.compat.v1.Session, runner: Runner) -> list[str]:
         write_variables(sess, runner.program.ir, values)
     except Exception as e:
         log.error("tag_tf: could not copy trained variables back to the session: %s", e)
-        return [f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"]
+        return [f"{type(e).__name__}: {tf_reason(e)}"]
     return []
 
 

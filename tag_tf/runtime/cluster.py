@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import IO, TYPE_CHECKING, TypedDict, cast
 
-from tag_tf.errors import ClusterError
+from tag_tf.errors import ClusterError, tf_reason
 from tag_tf.runtime.sessions import DEFAULT_TIMEOUT_MS, session_config
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class ClusterSpec:
         if dead:
             names = ", ".join(f"task {i} ({self.tasks[i]})" for i in dead)
             return ClusterError(f"cluster: {names} died or became unreachable ({type(error).__name__})")
-        return ClusterError(f"cluster: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+        return ClusterError(f"cluster: {type(error).__name__}: {tf_reason(error)}")
 
 
 READY = "tag-tf server: ready"
