@@ -62,9 +62,16 @@ class SfbCut:
     gradient: str                 # the gradient tensor whose synchronisation this replaces
     ops: tuple[str, ...]          # planned ops run duplicated (producer of `gradient` included)
     saving_s: float = 0.0         # the SFB MILP's predicted saving per iteration (seconds)
+    # Partial sums the duplicated ops read, each all-reduced on its own where the backward pass
+    # produces it: a gradient summed from several partial sums is then synchronised in pieces (a
+    # tied embedding: the output layer's dense gradient all-reduced as soon as it is computed,
+    # overlapping the rest of the backward pass, while the lookup's is rebuilt from its rows).
+    # Only in a group replicated with allreduce. Empty: the duplicated ops read no partial sum.
+    allreduced: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
-        return {"gradient": self.gradient, "ops": list(self.ops), "saving_s": self.saving_s}
+        return {"gradient": self.gradient, "ops": list(self.ops), "saving_s": self.saving_s,
+                **({"allreduced": list(self.allreduced)} if self.allreduced else {})}
 
 
 class StrategyOptions(TypedDict, total=False):
@@ -308,7 +315,11 @@ def _parse_sfb(items: object, source: str) -> tuple[SfbCut, ...]:
             raise StrategyError(f"{source}: sfb[{i}] ({item['gradient']}): 'saving_s' must be a finite number")
         if len(set(ops)) != len(ops):
             raise StrategyError(f"{source}: sfb[{i}] ({item['gradient']}): an op is listed twice in 'ops'")
-        cuts.append(SfbCut(item["gradient"], tuple(ops), float(saving)))
+        synced = item.get("allreduced", [])                # absent unless the gradient is synced in pieces
+        if not isinstance(synced, list) or not all(isinstance(t, str) and t for t in synced):
+            raise StrategyError(f"{source}: sfb[{i}] ({item['gradient']}): 'allreduced' must be a list of "
+                                "tensor names")
+        cuts.append(SfbCut(item["gradient"], tuple(ops), float(saving), tuple(synced)))
     try:
         _check_cuts(cuts)
     except StrategyError as e:

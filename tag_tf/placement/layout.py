@@ -31,7 +31,7 @@ from tag_tf.analysis.simplify import PlanningGraph, training_ops
 from tag_tf.analysis.states import Flag, Kind
 from tag_tf.errors import StrategyError
 from tag_tf.ir import Graph, TensorRef, opsets
-from tag_tf.strategy import GroupPlan, Option, Strategy, split_counts
+from tag_tf.strategy import GroupPlan, Option, SfbCut, Strategy, split_counts
 
 HOST = -1   # the chief's host device (CPU of task 0): non-training ops without a better place
 
@@ -155,6 +155,7 @@ def validated_duplicates(analysis: Analysis, strategy: Strategy, coloc: Colocati
     planned = set(analysis.planning.ops)
     members = members if members is not None else analysis.planning.members()
     for cut in strategy.sfb:
+        synced = _allreduced(analysis, strategy, cut, dup, members)
         for op in cut.ops:
             where = f"sfb for {cut.gradient}: op {op!r}"
             if op not in planned:
@@ -172,10 +173,33 @@ def validated_duplicates(analysis: Analysis, strategy: Strategy, coloc: Colocati
                 if coloc.with_variable(m):
                     raise StrategyError(f"{what} is colocated with a variable; it cannot be duplicated")
                 for ref in analysis.graph.op(m).inputs:
-                    if _replicated_partial(analysis, strategy, ref, dup):
+                    if not _replicated_partial(analysis, strategy, ref, dup):
+                        continue
+                    if ref not in synced:
                         raise StrategyError(f"{what} reads the partial sum {ref.name}: it would be synchronised "
-                                            "mid-way through the backward pass; duplicate its producer too")
+                                            "mid-way through the backward pass; duplicate its producer too "
+                                            "(or name it in the cut's 'allreduced')")
+                    if strategy.groups[analysis.grouping.group_of[ref.op]].option is not Option.ALLREDUCE:
+                        raise StrategyError(f"{what} reads the partial sum {ref.name}, which the cut all-reduces "
+                                            "on its own: only a group replicated with allreduce does that")
     return dup
+
+
+def _allreduced(analysis: Analysis, strategy: Strategy, cut: SfbCut, dup: frozenset[str],
+                members: Mapping[str, list[str]]) -> frozenset[TensorRef]:
+    """The partial sums `cut` all-reduces on its own, each checked to be one its duplicated ops read."""
+    out: set[TensorRef] = set()
+    for name in cut.allreduced:
+        try:
+            ref = TensorRef.parse(name)
+        except ValueError:
+            ref = TensorRef("")
+        read = any(ref in analysis.graph.op(m).inputs for op in cut.ops if op in members for m in members[op])
+        if not read or not _replicated_partial(analysis, strategy, ref, dup):
+            raise StrategyError(f"sfb for {cut.gradient}: 'allreduced' names {name!r}, which is not a partial "
+                                "sum of a replicated op that the cut's duplicated ops read")
+        out.add(ref)
+    return frozenset(out)
 
 
 def _replicated_partial(analysis: Analysis, strategy: Strategy, ref: TensorRef, dup: frozenset[str]) -> bool:

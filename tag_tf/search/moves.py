@@ -15,6 +15,7 @@ import numpy as np
 
 from tag_tf.deadline import Deadline
 from tag_tf.errors import DeadlineExceeded, StrategyError
+from tag_tf.ir import TensorRef
 from tag_tf.search.baselines import FUSION_CHOICES, device_capacities
 from tag_tf.strategy import GroupPlan, Option, SfbCut, Strategy
 
@@ -51,15 +52,18 @@ class Evaluator:
     def with_sfb(self, cuts: Sequence[SfbCut]) -> Evaluator:
         """From now on, plans are judged with the cuts of `cuts` they replicate (class doc)."""
         group_of = self.sim.analysis.grouping.group_of
-        self.sfb_cuts = tuple((c, frozenset(group_of[op] for op in c.ops)) for c in cuts
-                              if all(op in group_of for op in c.ops))
+        # A cut that all-reduces summands apart (SfbCut.allreduced) needs their producers' groups too.
+        ops = [(c, (*c.ops, *(TensorRef.parse(t).op for t in c.allreduced))) for c in cuts]
+        self.sfb_cuts = tuple((c, frozenset(group_of[op] for op in these)) for c, these in ops
+                              if all(op in group_of for op in these))
         return self
 
     def _applicable(self, strategy: Strategy) -> list[SfbCut]:
         if not self.sfb_cuts or strategy.sfb or strategy.microbatches > 1 or strategy.op_groups is not None:
             return []
         replicated = replicated_groups(strategy)
-        return [c for c, groups in self.sfb_cuts if groups <= replicated]
+        return [c for c, groups in self.sfb_cuts
+                if groups <= replicated and (not c.allreduced or in_pieces_fits(strategy, groups))]
 
     def __call__(self, strategy: Strategy) -> float:
         report = self.report(strategy)
@@ -103,6 +107,13 @@ class Evaluator:
                          "candidates", e)
             self.unsimulatable += 1
             return None
+
+
+def in_pieces_fits(strategy: Strategy, groups: frozenset[int]) -> bool:
+    """A gradient synchronised in pieces (SfbCut.allreduced) runs where its ops and the summands'
+    producers share one allreduce layout (what the SFB solver offers)."""
+    plans = {strategy.groups[g] for g in groups}
+    return len({p.devices for p in plans}) == 1 and all(p.option is Option.ALLREDUCE for p in plans)
 
 
 def replicated_groups(strategy: Strategy) -> set[int]:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -80,6 +80,7 @@ class SfbSolution:
     solve_s: float                 # wall time of building and solving the MILP
     status: str                    # SCIP's status ("optimal", "timelimit", ...)
     gathers: frozenset[int] = frozenset()   # tensor ids the cut gathers to every device
+    allreduced: tuple[int, ...] = ()        # tensor ids of partial sums the cut all-reduces on their own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +106,7 @@ class SfbOutcome:
                 "solver": "SCIP", "solve_s": round(self.solve_s, 4), "total_s": round(self.total_s, 4),
                 "solve_ms_per_gradient": {"mean": round(1e3 * float(np.mean(times)), 3) if times else 0.0,
                                           "max": round(1e3 * float(np.max(times)), 3) if times else 0.0},
+                "in_pieces": sum(bool(c.allreduced) for c in self.strategy.sfb),
                 "cuts": [c.to_dict() for c in self.strategy.sfb]}
 
 
@@ -227,15 +229,19 @@ class SfbSolver:
                               for ps in devices]))
 
     def tensor_cost(self, e: int, strategy: Strategy, producer_in_layout: bool, devices: Sequence[int],
-                    counts: Sequence[int]) -> float:
-        """Making edge e's tensor whole on every device of the group (inf: not a cut we make)."""
+                    counts: Sequence[int], split: bool = False) -> float:
+        """Making edge e's tensor whole on every device of the group (inf: not a cut we make).
+        `split`: a partial sum of the group's own layout may be cut, all-reduced on its own."""
         nbytes = float(self.e_bytes[e])
         producer = int(self.e_src[e])
         if (self.e_state[e] == PARTIAL and not self.source[producer]
                 and self._replicated(strategy.groups[int(self.group[producer])])):
             # A partial sum would be synchronised where it is cut: the same traffic as the gradient,
             # but mid-way through the backward pass, which then waits for it (TF's gradient tuples
-            # make the rest of the backward pass depend on every gradient of a layer).
+            # make the rest of the backward pass depend on every gradient of a layer). Only a
+            # gradient synchronised in pieces (`split_problems`) cuts one, each summand apart.
+            if split and producer_in_layout and strategy.groups[int(self.group[producer])].option is Option.ALLREDUCE:
+                return self.all_reduce(nbytes, devices, bool(strategy.fusion_bytes))
             return math.inf
         state = int(self.e_state[e]) if producer_in_layout else SPLIT
         if state == SPLIT:
@@ -244,9 +250,11 @@ class SfbSolver:
 
     # -- the MILP -------------------------------------------------------------------------------
     def solve(self, problem: SfbProblem, strategy: Strategy,
-              gathered: frozenset[tuple[int, tuple[int, ...]]] = frozenset()) -> SfbSolution:
+              gathered: frozenset[tuple[int, tuple[int, ...]]] = frozenset(), split: bool = False) -> SfbSolution:
         """`gathered`: (tensor id, devices) pairs other cuts already gather to those devices (free
-        here: the compiler gathers a tensor once per device, whoever consumes it)."""
+        here: the compiler gathers a tensor once per device, whoever consumes it). `split`: the
+        producer is duplicated whatever it costs, each partial sum read all-reduced apart or rebuilt
+        from its factors, as the MILP prices them (`split_problems`): a candidate for the simulator."""
         from pyscipopt import Model, quicksum
 
         start = time.perf_counter()
@@ -269,7 +277,7 @@ class SfbSolver:
                 p, t = int(self.e_src[e]), int(self.e_tensor[e])
                 if t not in cut:
                     in_layout = p in inside or self._same_layout(p, strategy, plan)
-                    cost = self.tensor_cost(e, strategy, in_layout, devices, counts)
+                    cost = self.tensor_cost(e, strategy, in_layout, devices, counts, split)
                     if (t, devices) in gathered and not math.isinf(cost):
                         cost = 0.0
                     cut[t] = model.addVar(f"b{t}", vtype="B", ub=0.0 if math.isinf(cost) else 1.0)
@@ -285,6 +293,7 @@ class SfbSolver:
         saving = (self.all_reduce(problem.nbytes, devices, fused) if problem.option is Option.ALLREDUCE
                   else self.ps_sync(problem.nbytes, devices))
         objective.append(-saving * alpha[g])
+        model.addCons(alpha[g] >= int(split))
         model.setObjective(quicksum(objective), "minimize")
         model.optimize()
         status = model.getStatus()
@@ -293,12 +302,38 @@ class SfbSolver:
         if model.getNSols() > 0:
             sol = model.getBestSol()
             value = float(model.getSolObjVal(sol))
-            if value < -1e-12:
+            if value < -1e-12 or split:
                 chosen = tuple(i for i in cone if model.getSolVal(sol, alpha[i]) > 0.5)
         solution = SfbSolution(problem, chosen, value if chosen else 0.0, time.perf_counter() - start, status,
-                               self._gathers(chosen))
+                               self._gathers(chosen), self._allreduced(chosen) if split else ())
         model.freeProb()
         return solution
+
+    def split_problems(self, strategy: Strategy, solutions: Sequence[SfbSolution]) -> list[SfbProblem]:
+        """The gradients left synchronised whose producer sums two or more partial sums of its own
+        layout (a variable used twice: a tied embedding's lookup and output layer) in a group
+        replicated with allreduce. Synchronised in pieces, the summand the backward pass produces
+        first (the output layer's dense gradient) is all-reduced while the rest of the backward pass
+        runs, and a lookup's can be rebuilt from its rows; whether that pays (the summands together
+        can cost more traffic than their sum) is the simulator's to say (`apply_sfb`)."""
+        out = []
+        for s in solutions:
+            p = s.problem
+            if s.ops or p.option is not Option.ALLREDUCE:
+                continue
+            plan = strategy.groups[p.group]
+            partial = {int(self.e_tensor[e]) for e in self.in_edges[p.producer]
+                       if self.e_state[e] == PARTIAL and not self.source[int(self.e_src[e])]
+                       and self._same_layout(int(self.e_src[e]), strategy, plan)}
+            if len(partial) >= 2:
+                out.append(p)
+        return out
+
+    def _allreduced(self, chosen: Sequence[int]) -> tuple[int, ...]:
+        """Partial sums a cut reads from ops it does not duplicate (each all-reduced on its own)."""
+        dup = set(chosen)
+        return tuple(dict.fromkeys(int(self.e_tensor[e]) for i in chosen for e in self.in_edges[i]
+                                   if int(self.e_src[e]) not in dup and self.e_state[e] == PARTIAL))
 
     def _gathers(self, chosen: Sequence[int]) -> frozenset[int]:
         """Tensors a cut makes whole on every device: inputs of duplicated ops from ops that are not."""
@@ -339,16 +374,17 @@ class SfbSolver:
 
     def cut_of(self, solution: SfbSolution) -> SfbCut:
         return SfbCut(solution.problem.gradient, tuple(self.names[i] for i in solution.ops),
-                      round(-solution.objective_s, 9))
+                      round(-solution.objective_s, 9), tuple(self.tensor_names[t] for t in solution.allreduced))
 
 
 def apply_sfb(sim: Simulator, strategy: Strategy, *, time_limit_s: float = 1.0, max_simulations: int = 64,
-              deadline: Deadline | None = None, seed: Sequence[SfbCut] = ()) -> SfbOutcome:
+              deadline: Deadline | None = None, seed: Sequence[SfbCut] = (), pieces: bool = True) -> SfbOutcome:
     """`strategy` with the SFB cuts that make it simulate faster. Cuts it already carries are
     solved afresh; when nothing beats the plan as given, it comes back unchanged. `deadline`
     bounds the solving and the trials: past it, what was found stands. `seed`: cuts solved on
     another plan (the search judged plans with them, moves.Evaluator.with_sfb), tried as well for
-    gradients the solver proposed nothing for, where the plan replicates their ops."""
+    gradients the solver proposed nothing for, where the plan replicates their ops. `pieces`:
+    gradients summed from several partial sums are also tried synchronised in pieces (`split_problems`)."""
     start = time.perf_counter()
     if strategy.microbatches > 1:            # SFB is not micro-batched (Strategy.validate): as given
         t = _seconds(sim.simulate(strategy))
@@ -389,11 +425,38 @@ def apply_sfb(sim: Simulator, strategy: Strategy, *, time_limit_s: float = 1.0, 
                 sims += 1
                 if trial < best:
                     best, kept = trial, [*kept, cut]
+    if pieces:
+        best, kept, sims, split_s = _try_in_pieces(solver, base, solutions, best, kept, seconds, sims, max_simulations)
+        solve_s += split_s
     result = base.with_sfb_cuts(kept)
     if not best < before:           # nothing beats the plan as given
         result, best = strategy, before
     return SfbOutcome(result, before, best, solutions, len(cuts), len(result.sfb), sims, solve_s,
                       time.perf_counter() - start)
+
+
+def _try_in_pieces(solver: SfbSolver, base: Strategy, solutions: Sequence[SfbSolution], best: float,
+                   kept: list[SfbCut], seconds: Callable[[Strategy], float], sims: int,
+                   max_simulations: int) -> tuple[float, list[SfbCut], int, float]:
+    """Gradients summed from several partial sums (`split_problems`), each tried synchronised in
+    pieces on top of the cuts kept so far, kept where the plan simulates faster. Returns the best
+    time, the cuts, the simulations run and the solving time."""
+    solve_s = 0.0
+    for problem in solver.split_problems(base, solutions):
+        if sims >= max_simulations or solver.out_of_time():
+            break
+        if any(c.gradient == problem.gradient for c in kept):
+            continue
+        split = solver.solve(problem, base, split=True)
+        solve_s += split.solve_s
+        if not split.ops:
+            continue
+        cut = solver.cut_of(split)
+        trial = seconds(base.with_sfb_cuts([*kept, cut]))
+        sims += 1
+        if trial < best:
+            best, kept = trial, [*kept, cut]
+    return best, kept, sims, solve_s
 
 
 def _seconds(report: SimReport) -> float:

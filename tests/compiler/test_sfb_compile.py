@@ -226,3 +226,83 @@ def test_a_cut_through_a_partial_sum_is_refused_by_compiler_and_simulator():
         compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(2))
     with pytest.raises(StrategyError, match="reads the partial sum"):
         sim.simulate(strategy)
+
+
+def tied_embedding(a):
+    """bert-small's tied word embedding: the AddN summing its output layer's dense gradient and its
+    lookup's (UnsortedSegmentSum), the dense summand and the lookup's op."""
+    g = a.graph
+    update = next(o for o in g if o.type == "ResourceApplyAdam" and "word_embeddings" in o.name)
+    addn = update.inputs[-1].op
+    assert g.op(addn).type == "AddN"
+    lookup = next(r for r in g.op(addn).inputs if g.op(r.op).type == "UnsortedSegmentSum")
+    dense = next(r for r in g.op(addn).inputs if r != lookup)
+    return addn, dense, lookup
+
+
+def split_cuts(a, addn, dense, lookup):
+    host = a.planning.host
+    return {"dense": SfbCut(f"{addn}:0", (host[addn],), 0.0, (dense.name, lookup.name)),
+            "rows": SfbCut(f"{addn}:0", (host[addn], host[lookup.op]), 0.0, (dense.name,))}
+
+
+@pytest.mark.parametrize("variant", ["dense", "rows"])
+def test_a_tied_embedding_gradient_synchronised_in_pieces_is_exact(variant):
+    """The tied gradient's summands synchronised apart: its output layer's dense partial sum
+    all-reduced on its own, the lookup's either all-reduced too ("dense") or rebuilt on every device
+    from its gathered rows and ids ("rows"); the sum then computed on every device. The simulator
+    inserts the same conversions (check)."""
+    model, a = analysis_of("bert-small")
+    addn, dense, lookup = tied_embedding(a)
+    dp = Strategy.uniform(len(a.grouping.groups), (0, 1), Option.ALLREDUCE, fusion_bytes=2**20)
+    cut = split_cuts(a, addn, dense, lookup)[variant]
+    compiled = check(a, batches(model, STEPS), dp.with_sfb_cuts([cut]), 2)
+    plain = compile_strategy(PassContext(), a, dp, DeviceMap.local_cpus(2))
+    extra = {"dense": (1, 0), "rows": (0, 4)}[variant]     # one all-reduce more / the rows and ids gathered
+    assert (compiled.stats["allreduce_tensors"] - plain.stats["allreduce_tensors"],
+            compiled.stats["concat"] - plain.stats["concat"]) == extra
+
+
+def test_a_tied_embedding_gradient_in_pieces_over_two_server_processes():
+    from tag_tf.runtime.cluster import cpu_topology, local_cluster
+
+    model, a = analysis_of("bert-small")
+    addn, dense, lookup = tied_embedding(a)
+    dp = Strategy.uniform(len(a.grouping.groups), (0, 1), Option.ALLREDUCE, fusion_bytes=2**20)
+    strategy = dp.with_sfb_cuts([split_cuts(a, addn, dense, lookup)["rows"]])
+    feeds = batches(model, STEPS)
+    original = run_original(a, feeds, STEPS)
+    compiled = compile_strategy(PassContext(), a, strategy, DeviceMap.for_topology(cpu_topology(2, 1)), check=True)
+    with local_cluster(2, 1, timeout_ms=60_000) as (spec, _):
+        result = check_equivalence(a, compiled, feeds, STEPS, original=original, floor=noise_floor(a, original, feeds),
+                                   target=spec.target, config=spec.session_config())
+    assert result.ok, (result.max_rel_diff, sorted(result.per_variable.items(), key=lambda kv: -kv[1])[:3])
+    np.testing.assert_allclose(result.losses_compiled, result.losses_original, rtol=1e-4)
+
+
+def test_a_partial_sum_named_allreduced_must_be_one_the_cut_reads_in_an_allreduce_group():
+    _, a = analysis_of("bert-small")
+    addn, dense, lookup = tied_embedding(a)
+    G = len(a.grouping.groups)
+    dp = Strategy.uniform(G, (0, 1), Option.ALLREDUCE)
+    host = a.planning.host
+    cases = {
+        # the lookup's partial sum read but not named: refused as before
+        "reads the partial sum .*or name it in the cut's 'allreduced'":
+            dp.with_sfb_cuts([SfbCut(f"{addn}:0", (host[addn],), 0.0, (dense.name,))]),
+        "'allreduced' names 'no/such:0'":
+            dp.with_sfb_cuts([SfbCut(f"{addn}:0", (host[addn],), 0.0, (dense.name, lookup.name, "no/such:0"))]),
+        "only a group replicated with allreduce":
+            Strategy.uniform(G, (0, 1), Option.PS).with_sfb_cuts([split_cuts(a, addn, dense, lookup)["dense"]]),
+    }
+    sim = Simulator(a, load_topology("local:2"))
+    for message, strategy in cases.items():
+        with pytest.raises(StrategyError, match=message):
+            compile_strategy(PassContext(), a, strategy, DeviceMap.local_cpus(2))
+        with pytest.raises(StrategyError, match=message):
+            sim.simulate(strategy)
+    cut = split_cuts(a, addn, dense, lookup)["rows"]
+    again = Strategy.from_dict(json.loads(dp.with_sfb_cuts([cut]).to_json()))
+    assert again.sfb == (cut,) and json.loads(dp.to_json()).get("sfb") is None
+    with pytest.raises(StrategyError, match="'allreduced' must be a list of tensor names"):
+        Strategy.from_dict({**json.loads(dp.to_json()), "sfb": [{**cut.to_dict(), "allreduced": "x:0"}]})

@@ -1,0 +1,138 @@
+"""A tied embedding's gradient synchronised in pieces, SIMULATED: BERT's word embedding is looked up
+and tied to the masked-LM output layer, so its gradient sums two partial sums, the output layer's
+(dense, computed first in the backward pass) and the lookup's (computed last). Whole, the sum is
+synchronised once the lookup's is done: its whole all-reduce comes after the backward pass. In
+pieces (`SfbCut.allreduced`, search/sfb.py `split_problems`), the dense summand is all-reduced as
+soon as it is computed, overlapping the rest of the backward pass, and the lookup's is rebuilt on
+every device from its gathered rows and ids or all-reduced apart (whichever the SFB MILP prices
+lower); the sum is taken on every device. Traffic can grow (two summands instead of one sum), so
+`apply_sfb` keeps the pieces only where the plan simulates faster.
+
+Each row: a plan (dp, horovod-p, and `auto`'s MCTS plan before SFB, same seed and budget) on a
+calibrated preset, its simulated step time with SFB as before (`whole`: the gradient synchronised
+as one sum) and with the pieces tried (`pieces`), and whether they were kept.
+
+Usage: python benchmarks/tied_gradient.py [--budget 20] [--models bert-small,bert-large]
+           [--presets testbed,cloud,mixed:64] [--markdown benchmarks/RESULTS.md] [--render]
+Writes benchmarks/results/tied_gradient.json and the RESULTS.md section between the markers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+MODELS = ("bert-small", "bert-large")
+PRESETS = ("testbed", "cloud", "mixed:64")
+PLANS = ("dp", "horovod-p", "auto")
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "tied_gradient.json")
+BEGIN, END = "<!-- tied-gradient:begin -->", "<!-- tied-gradient:end -->"
+
+
+def run_row(model: str, preset: str, budget: float) -> dict[str, Any]:
+    from benchmarks.pipeline import analysis_for_row
+    from tag_tf.search.mcts import MctsOptions, mcts_search
+    from tag_tf.search.registry import baseline
+    from tag_tf.search.sfb import apply_sfb
+    from tag_tf.sim.simulator import Simulator
+    from tag_tf.topology.load import load_topology
+
+    analysis = analysis_for_row(model, preset)
+    topology = load_topology(preset)
+    sim = Simulator(analysis, topology)
+    row: dict[str, Any] = {"batch": analysis.batch_size, "plans": {}}
+    for name in PLANS:
+        if name == "auto":
+            plan = mcts_search(sim, topology, MctsOptions(budget_s=budget, seed=0, pipeline=False)).strategy
+        else:
+            plan = baseline(name, sim.num_groups, topology)
+        whole = apply_sfb(sim, plan, pieces=False)
+        pieces = apply_sfb(sim, plan, pieces=True)
+        kept = [c for c in pieces.strategy.sfb if c.allreduced]
+        row["plans"][name] = {
+            "before_ms": whole.before_s * 1e3, "whole_ms": whole.after_s * 1e3, "pieces_ms": pieces.after_s * 1e3,
+            "speedup": whole.after_s / pieces.after_s, "kept": bool(kept),
+            "rebuilt_from_rows": any(len(c.ops) > 1 for c in kept),
+            "allreduced": [t for c in kept for t in c.allreduced]}
+    return row
+
+
+def verdicts(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    cells = {f"{k}/{p}": r["plans"][p] for k, r in rows.items() for p in r["plans"]}
+    return {"kept": sorted(k for k, c in cells.items() if c["kept"]),
+            "never_slower": all(c["pieces_ms"] <= c["whole_ms"] * (1 + 1e-9) for c in cells.values()),
+            "best_speedup": max((c["speedup"] for c in cells.values()), default=None)}
+
+
+def render(data: dict[str, Any]) -> str:
+    v = data["verdicts"]
+    lines = [f"SIMULATED ({data['date']}, code {data['commit']}; `auto`: MCTS, {data['budget_s']:g} s, seed 0, "
+             "without pipelining). BERT's word-embedding gradient (lookup + tied output layer) synchronised as one "
+             "sum after the backward pass (`whole`) or in pieces, the dense summand all-reduced as soon as it is "
+             "computed (`pieces`, kept only where the plan simulates faster). Both with SFB as the planner applies "
+             "it.", "",
+             "| preset / model | batch | plan | before SFB, ms | whole, ms | pieces, ms | speed-up | kept |",
+             "|---|---|---|---|---|---|---|---|"]
+    for key, r in data["rows"].items():
+        for name, c in r["plans"].items():
+            how = ("yes, lookup rebuilt from its rows" if c["rebuilt_from_rows"] else "yes, both all-reduced apart"
+                   ) if c["kept"] else "no"
+            lines.append(f"| {key} | {r['batch']} | {name} | {c['before_ms']:.1f} | {c['whole_ms']:.1f} | "
+                         f"{c['pieces_ms']:.1f} | {c['speedup']:.3f}x | {how} |")
+    best = v["best_speedup"]
+    lines += ["", f"Kept on {len(v['kept'])} of {sum(len(r['plans']) for r in data['rows'].values())} rows"
+              + (f" (best {best:.3f}x)" if best else "") + "; never slower: "
+              + ("yes" if v["never_slower"] else "NO") + "."]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(path: str) -> None:
+    from benchmarks import report
+
+    with open(path) as f:
+        text = f.read()
+    if BEGIN not in text:
+        with open(path, "w") as f:
+            f.write(text.rstrip("\n") + "\n\n## A tied embedding's gradient in pieces (simulated)\n\n"
+                    + BEGIN + "\n" + END + "\n")
+    report.report(path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=float, default=20.0)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--presets", default=",".join(PRESETS))
+    ap.add_argument("--out", default=OUT)
+    ap.add_argument("--markdown", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"))
+    ap.add_argument("--render", action="store_true", help="only rewrite the RESULTS.md section from the JSON")
+    args = ap.parse_args()
+    if args.render:
+        with open(args.out) as f:
+            data = json.load(f)
+    else:
+        rows: dict[str, dict[str, Any]] = {}
+        for preset in args.presets.split(","):
+            for model in args.models.split(","):
+                rows[f"{preset}/{model}"] = row = run_row(model, preset, args.budget)
+                print(f"{preset}/{model}: " + ", ".join(f"{p} {c['whole_ms']:.1f} -> {c['pieces_ms']:.1f} ms"
+                                                         for p, c in row["plans"].items()), flush=True)
+        from benchmarks.markdown import stamp
+
+        data = stamp({"machine": platform.machine(), "budget_s": args.budget, "simulated": True, "rows": rows})
+        data["verdicts"] = verdicts(rows)
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(data, f, indent=1, default=float)
+    if args.markdown:
+        write_markdown(args.markdown)
+    print(json.dumps(data["verdicts"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
