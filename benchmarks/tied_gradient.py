@@ -36,6 +36,7 @@ BEGIN, END = "<!-- tied-gradient:begin -->", "<!-- tied-gradient:end -->"
 
 def run_row(model: str, preset: str, budget: float) -> dict[str, Any]:
     from benchmarks.pipeline import analysis_for_row
+    from tag_tf.errors import StrategyError
     from tag_tf.search.mcts import MctsOptions, mcts_search
     from tag_tf.search.registry import baseline
     from tag_tf.search.sfb import apply_sfb
@@ -51,8 +52,12 @@ def run_row(model: str, preset: str, budget: float) -> dict[str, Any]:
             plan = mcts_search(sim, topology, MctsOptions(budget_s=budget, seed=0, pipeline=False)).strategy
         else:
             plan = baseline(name, sim.num_groups, topology)
-        whole = apply_sfb(sim, plan, pieces=False)
-        pieces = apply_sfb(sim, plan, pieces=True)
+        try:
+            whole = apply_sfb(sim, plan, pieces=False)
+            pieces = apply_sfb(sim, plan, pieces=True)
+        except StrategyError as e:          # e.g. a batch smaller than the plan's replicas
+            row["plans"][name] = {"error": str(e)}
+            continue
         kept = [c for c in pieces.strategy.sfb if c.allreduced]
         row["plans"][name] = {
             "before_ms": whole.before_s * 1e3, "whole_ms": whole.after_s * 1e3, "pieces_ms": pieces.after_s * 1e3,
@@ -63,7 +68,7 @@ def run_row(model: str, preset: str, budget: float) -> dict[str, Any]:
 
 
 def verdicts(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    cells = {f"{k}/{p}": r["plans"][p] for k, r in rows.items() for p in r["plans"]}
+    cells = {f"{k}/{p}": c for k, r in rows.items() for p, c in r["plans"].items() if "error" not in c}
     return {"kept": sorted(k for k, c in cells.items() if c["kept"]),
             "never_slower": all(c["pieces_ms"] <= c["whole_ms"] * (1 + 1e-9) for c in cells.values()),
             "best_speedup": max((c["speedup"] for c in cells.values()), default=None)}
@@ -80,12 +85,16 @@ def render(data: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for key, r in data["rows"].items():
         for name, c in r["plans"].items():
+            if "error" in c:
+                lines.append(f"| {key} | {r['batch']} | {name} | - | - | - | - | cannot run: {c['error']} |")
+                continue
             how = ("yes, lookup rebuilt from its rows" if c["rebuilt_from_rows"] else "yes, both all-reduced apart"
                    ) if c["kept"] else "no"
             lines.append(f"| {key} | {r['batch']} | {name} | {c['before_ms']:.1f} | {c['whole_ms']:.1f} | "
                          f"{c['pieces_ms']:.1f} | {c['speedup']:.3f}x | {how} |")
     best = v["best_speedup"]
-    lines += ["", f"Kept on {len(v['kept'])} of {sum(len(r['plans']) for r in data['rows'].values())} rows"
+    ran = sum("error" not in c for r in data["rows"].values() for c in r["plans"].values())
+    lines += ["", f"Kept on {len(v['kept'])} of {ran} plans that ran"
               + (f" (best {best:.3f}x)" if best else "") + "; never slower: "
               + ("yes" if v["never_slower"] else "NO") + "."]
     return "\n".join(lines) + "\n"
@@ -121,7 +130,8 @@ def main() -> None:
             for model in args.models.split(","):
                 rows[f"{preset}/{model}"] = row = run_row(model, preset, args.budget)
                 print(f"{preset}/{model}: " + ", ".join(f"{p} {c['whole_ms']:.1f} -> {c['pieces_ms']:.1f} ms"
-                                                         for p, c in row["plans"].items()), flush=True)
+                                                         for p, c in row["plans"].items() if "error" not in c),
+                      flush=True)
         from benchmarks.markdown import stamp
 
         data = stamp({"machine": platform.machine(), "budget_s": args.budget, "simulated": True, "rows": rows})
