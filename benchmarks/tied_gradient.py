@@ -96,7 +96,9 @@ def render(data: dict[str, Any]) -> str:
     ran = sum("error" not in c for r in data["rows"].values() for c in r["plans"].values())
     lines += ["", f"Kept on {len(v['kept'])} of {ran} plans that ran"
               + (f" (best {best:.3f}x)" if best else "") + "; never slower: "
-              + ("yes" if v["never_slower"] else "NO") + "."]
+              + ("yes" if v["never_slower"] else "NO") + ". Where the pieces are not kept, SFB already rebuilds the "
+              "whole tied gradient from its factors (nothing of it is synchronised), or the pieces' traffic (two "
+              "all-reduces, or the lookup's rows gathered to every device) costs more than the overlap gives."]
     return "\n".join(lines) + "\n"
 
 
