@@ -15,9 +15,7 @@ Writes benchmarks/results/pipeline.json and the RESULTS.md section between the m
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
 from typing import Any
@@ -33,6 +31,7 @@ NEVER_SLOWER_TOL = 1.01
 BOUND_MODEL, BOUND_PRESET, BOUND_RATIO = "bert-small", "testbed", 2.5
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "pipeline.json")
 BEGIN, END = "<!-- pipeline:begin -->", "<!-- pipeline:end -->"
+TITLE = "Pipelining in the search (simulated)"
 
 
 def analysis_for_row(model: str, preset: str) -> Any:
@@ -132,48 +131,13 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(path: str) -> None:
-    """Add the section's markers to RESULTS.md if missing, then regenerate the generated sections
-    from their JSON (benchmarks/report.py)."""
-    from benchmarks import report
-
-    with open(path) as f:
-        text = f.read()
-    if BEGIN not in text:
-        with open(path, "w") as f:
-            f.write(text.rstrip("\n") + "\n\n## Pipelining in the search (simulated)\n\n" + BEGIN + "\n" + END + "\n")
-    report.report(path)
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--budget", type=float, default=20.0)
-    ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--presets", default=",".join(PRESETS))
-    ap.add_argument("--out", default=OUT)
-    ap.add_argument("--markdown", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"))
-    ap.add_argument("--render", action="store_true", help="only rewrite the RESULTS.md section from the JSON")
-    args = ap.parse_args()
-    if args.render:
-        with open(args.out) as f:
-            data = json.load(f)
-    else:
-        rows: dict[str, dict[str, Any]] = {}
-        for preset in args.presets.split(","):
-            for model in args.models.split(","):
-                rows[f"{preset}/{model}"] = row = run_row(model, preset, args.budget)
-                print(f"{preset}/{model}: without {row['without']['ms']:.1f} ms, with {row['with']['ms']:.1f} ms "
-                      f"({row['speedup']:.2f}x, M={row['with']['microbatches']})", flush=True)
-        from benchmarks.markdown import stamp
+    from benchmarks.markdown import simulated_study
 
-        data = stamp({"machine": platform.machine(), "budget_s": args.budget, "simulated": True, "rows": rows})
-        data["verdicts"] = verdicts(rows)
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(data, f, indent=1, default=float)       # numpy scalars
-    if args.markdown:
-        write_markdown(args.markdown)
-    print(json.dumps(data["verdicts"], indent=1))
+    simulated_study(__doc__, models=MODELS, presets=PRESETS, out=OUT, title=TITLE, markers=(BEGIN, END),
+                    run_row=run_row, verdicts=verdicts,
+                    line=lambda row: (f"without {row['without']['ms']:.1f} ms, with {row['with']['ms']:.1f} ms "
+                                      f"({row['speedup']:.2f}x, M={row['with']['microbatches']})"))
 
 
 if __name__ == "__main__":

@@ -18,10 +18,7 @@ Writes benchmarks/results/tied_gradient.json and the RESULTS.md section between 
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import sys
 from typing import Any
 
@@ -32,6 +29,7 @@ PRESETS = ("testbed", "cloud", "mixed:64")
 PLANS = ("dp", "horovod-p", "auto")
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "tied_gradient.json")
 BEGIN, END = "<!-- tied-gradient:begin -->", "<!-- tied-gradient:end -->"
+TITLE = "A tied embedding's gradient in pieces (simulated)"
 
 
 def run_row(model: str, preset: str, budget: float) -> dict[str, Any]:
@@ -102,48 +100,13 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(path: str) -> None:
-    from benchmarks import report
-
-    with open(path) as f:
-        text = f.read()
-    if BEGIN not in text:
-        with open(path, "w") as f:
-            f.write(text.rstrip("\n") + "\n\n## A tied embedding's gradient in pieces (simulated)\n\n"
-                    + BEGIN + "\n" + END + "\n")
-    report.report(path)
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--budget", type=float, default=20.0)
-    ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--presets", default=",".join(PRESETS))
-    ap.add_argument("--out", default=OUT)
-    ap.add_argument("--markdown", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"))
-    ap.add_argument("--render", action="store_true", help="only rewrite the RESULTS.md section from the JSON")
-    args = ap.parse_args()
-    if args.render:
-        with open(args.out) as f:
-            data = json.load(f)
-    else:
-        rows: dict[str, dict[str, Any]] = {}
-        for preset in args.presets.split(","):
-            for model in args.models.split(","):
-                rows[f"{preset}/{model}"] = row = run_row(model, preset, args.budget)
-                print(f"{preset}/{model}: " + ", ".join(f"{p} {c['whole_ms']:.1f} -> {c['pieces_ms']:.1f} ms"
-                                                         for p, c in row["plans"].items() if "error" not in c),
-                      flush=True)
-        from benchmarks.markdown import stamp
+    from benchmarks.markdown import simulated_study
 
-        data = stamp({"machine": platform.machine(), "budget_s": args.budget, "simulated": True, "rows": rows})
-        data["verdicts"] = verdicts(rows)
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(data, f, indent=1, default=float)
-    if args.markdown:
-        write_markdown(args.markdown)
-    print(json.dumps(data["verdicts"], indent=1))
+    simulated_study(__doc__, models=MODELS, presets=PRESETS, out=OUT, title=TITLE, markers=(BEGIN, END),
+                    run_row=run_row, verdicts=verdicts,
+                    line=lambda row: ", ".join(f"{p} {c['whole_ms']:.1f} -> {c['pieces_ms']:.1f} ms"
+                                               for p, c in row["plans"].items() if "error" not in c))
 
 
 if __name__ == "__main__":
