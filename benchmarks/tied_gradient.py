@@ -59,7 +59,7 @@ def run_row(model: str, preset: str, budget: float) -> dict[str, Any]:
         kept = [c for c in pieces.strategy.sfb if c.allreduced]
         row["plans"][name] = {
             "before_ms": whole.before_s * 1e3, "whole_ms": whole.after_s * 1e3, "pieces_ms": pieces.after_s * 1e3,
-            "speedup": whole.after_s / pieces.after_s, "kept": bool(kept),
+            "speedup": whole.after_s / pieces.after_s, "tried": pieces.pieces_tried > 0, "kept": bool(kept),
             "rebuilt_from_rows": any(len(c.ops) > 1 for c in kept),
             "allreduced": [t for c in kept for t in c.allreduced]}
     return row
@@ -86,17 +86,18 @@ def render(data: dict[str, Any]) -> str:
             if "error" in c:
                 lines.append(f"| {key} | {r['batch']} | {name} | - | - | - | - | cannot run: {c['error']} |")
                 continue
-            how = ("yes, lookup rebuilt from its rows" if c["rebuilt_from_rows"] else "yes, both all-reduced apart"
-                   ) if c["kept"] else "no"
+            how = (("yes, lookup rebuilt from its rows" if c["rebuilt_from_rows"] else "yes, both all-reduced apart")
+                   if c["kept"] else "no, simulated slower" if c.get("tried") else "not tried")
             lines.append(f"| {key} | {r['batch']} | {name} | {c['before_ms']:.1f} | {c['whole_ms']:.1f} | "
                          f"{c['pieces_ms']:.1f} | {c['speedup']:.3f}x | {how} |")
     best = v["best_speedup"]
     ran = sum("error" not in c for r in data["rows"].values() for c in r["plans"].values())
     lines += ["", f"Kept on {len(v['kept'])} of {ran} plans that ran"
               + (f" (best {best:.3f}x)" if best else "") + "; never slower: "
-              + ("yes" if v["never_slower"] else "NO") + ". Where the pieces are not kept, SFB already rebuilds the "
-              "whole tied gradient from its factors (nothing of it is synchronised), or the pieces' traffic (two "
-              "all-reduces, or the lookup's rows gathered to every device) costs more than the overlap gives."]
+              + ("yes" if v["never_slower"] else "NO") + ". Not tried: SFB already rebuilds the whole tied gradient "
+              "from its factors, or its summands are not in one allreduce group of the plan. Simulated slower: the "
+              "pieces' traffic (two all-reduces, or the lookup's rows gathered to every device) costs more than the "
+              "overlap gives."]
     return "\n".join(lines) + "\n"
 
 

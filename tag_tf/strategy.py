@@ -66,7 +66,8 @@ class SfbCut:
     # produces it: a gradient summed from several partial sums is then synchronised in pieces (a
     # tied embedding: the output layer's dense gradient all-reduced as soon as it is computed,
     # overlapping the rest of the backward pass, while the lookup's is rebuilt from its rows).
-    # Only in a group replicated with allreduce. Empty: the duplicated ops read no partial sum.
+    # Only partial sums of a group replicated with allreduce on the devices of the duplicated ops
+    # reading them (placement.layout.validated_duplicates). Empty: they read no partial sum.
     allreduced: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
@@ -319,6 +320,8 @@ def _parse_sfb(items: object, source: str) -> tuple[SfbCut, ...]:
         if not isinstance(synced, list) or not all(isinstance(t, str) and t for t in synced):
             raise StrategyError(f"{source}: sfb[{i}] ({item['gradient']}): 'allreduced' must be a list of "
                                 "tensor names")
+        if len(set(synced)) != len(synced):
+            raise StrategyError(f"{source}: sfb[{i}] ({item['gradient']}): a tensor is listed twice in 'allreduced'")
         cuts.append(SfbCut(item["gradient"], tuple(ops), float(saving), tuple(synced)))
     try:
         _check_cuts(cuts)

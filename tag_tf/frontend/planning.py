@@ -53,7 +53,7 @@ SFB = "+sfb"                    # a baseline with sufficient factor broadcasting
 PLANNED = Names(lambda: ("auto", *baseline_names(), *(b + SFB for b in baseline_names())))
 CACHE_FORMAT = "tag_tf.plan/2"
 # Bumped whenever the planner's choices change for the same inputs: older cached plans then miss.
-PLANNER_VERSION = "mcts/7"      # 2: group refinement, per-plan shares, balanced groups; 3: SFB; 4: the trained GNN prior; 5: pure MCTS by default (gnn_wallclock); 6: the GPU kernel model (TF32, waves, Winograd); 7: the client's feed and drive on task-driven clusters
+PLANNER_VERSION = "mcts/8"      # 2: group refinement, per-plan shares, balanced groups; 3: SFB; 4: the trained GNN prior; 5: pure MCTS by default (gnn_wallclock); 6: the GPU kernel model (TF32, waves, Winograd); 7: the client's feed and drive on task-driven clusters; 8: SFB tries gradients in pieces
 
 @dataclasses.dataclass(frozen=True)
 class Plan:

@@ -155,11 +155,12 @@ def validated_duplicates(analysis: Analysis, strategy: Strategy, coloc: Colocati
     planned = set(analysis.planning.ops)
     members = members if members is not None else analysis.planning.members()
     for cut in strategy.sfb:
+        for op in cut.ops:
+            if op not in planned:
+                raise StrategyError(f"sfb for {cut.gradient}: op {op!r} is not a planned op of this graph")
         synced = _allreduced(analysis, strategy, cut, dup, members)
         for op in cut.ops:
             where = f"sfb for {cut.gradient}: op {op!r}"
-            if op not in planned:
-                raise StrategyError(f"{where} is not a planned op of this graph")
             gid = analysis.grouping.group_of[op]
             plan = strategy.groups[gid]
             if len(plan.devices) < 2 or plan.option not in (Option.ALLREDUCE, Option.PS):
@@ -173,33 +174,47 @@ def validated_duplicates(analysis: Analysis, strategy: Strategy, coloc: Colocati
                 if coloc.with_variable(m):
                     raise StrategyError(f"{what} is colocated with a variable; it cannot be duplicated")
                 for ref in analysis.graph.op(m).inputs:
-                    if not _replicated_partial(analysis, strategy, ref, dup):
+                    if ref in synced or not _replicated_partial(analysis, strategy, ref, dup):
                         continue
-                    if ref not in synced:
-                        raise StrategyError(f"{what} reads the partial sum {ref.name}: it would be synchronised "
-                                            "mid-way through the backward pass; duplicate its producer too "
-                                            "(or name it in the cut's 'allreduced')")
-                    if strategy.groups[analysis.grouping.group_of[ref.op]].option is not Option.ALLREDUCE:
-                        raise StrategyError(f"{what} reads the partial sum {ref.name}, which the cut all-reduces "
-                                            "on its own: only a group replicated with allreduce does that")
+                    hint = (" (or name it in the cut's 'allreduced': it is all-reduced on its own)"
+                            if _same_allreduce_layout(analysis, strategy, ref, plan) else "")
+                    raise StrategyError(f"{what} reads the partial sum {ref.name}: it would be synchronised "
+                                        f"mid-way through the backward pass; duplicate its producer too{hint}")
     return dup
 
 
 def _allreduced(analysis: Analysis, strategy: Strategy, cut: SfbCut, dup: frozenset[str],
                 members: Mapping[str, list[str]]) -> frozenset[TensorRef]:
-    """The partial sums `cut` all-reduces on its own, each checked to be one its duplicated ops read."""
+    """The partial sums `cut` all-reduces on its own (SfbCut.allreduced), each checked: read by its
+    duplicated ops, a partial sum of an op that stays replicated, in an allreduce group on the
+    devices of the op that reads it (one all-reduce over those devices makes it whole there)."""
     out: set[TensorRef] = set()
     for name in cut.allreduced:
+        where = f"sfb for {cut.gradient}: 'allreduced' names {name!r}"
         try:
             ref = TensorRef.parse(name)
         except ValueError:
-            ref = TensorRef("")
-        read = any(ref in analysis.graph.op(m).inputs for op in cut.ops if op in members for m in members[op])
-        if not read or not _replicated_partial(analysis, strategy, ref, dup):
-            raise StrategyError(f"sfb for {cut.gradient}: 'allreduced' names {name!r}, which is not a partial "
-                                "sum of a replicated op that the cut's duplicated ops read")
+            raise StrategyError(f"{where}, which is not a tensor name") from None
+        readers = [op for op in cut.ops for m in members[op] if ref in analysis.graph.op(m).inputs]
+        if not readers:
+            raise StrategyError(f"{where}, which none of the cut's duplicated ops reads")
+        if analysis.planning.host.get(ref.op) in dup:
+            raise StrategyError(f"{where}, whose producer the plan duplicates too: it is whole on every device "
+                                "already")
+        if not _replicated_partial(analysis, strategy, ref, dup):
+            raise StrategyError(f"{where}, which is not a partial sum of an op replicated on 2+ devices")
+        plan = strategy.groups[analysis.grouping.group_of[readers[0]]]
+        if not _same_allreduce_layout(analysis, strategy, ref, plan):
+            raise StrategyError(f"{where}: only a partial sum of a group replicated with allreduce on the devices "
+                                "of the ops reading it is all-reduced on its own")
         out.add(ref)
     return frozenset(out)
+
+
+def _same_allreduce_layout(analysis: Analysis, strategy: Strategy, ref: TensorRef, plan: GroupPlan) -> bool:
+    """`ref`'s producer and an op of `plan` share one allreduce layout (the devices, in order)."""
+    producer = strategy.groups[analysis.grouping.group_of[ref.op]]
+    return producer.option is Option.ALLREDUCE and plan.option is Option.ALLREDUCE and producer.devices == plan.devices
 
 
 def _replicated_partial(analysis: Analysis, strategy: Strategy, ref: TensorRef, dup: frozenset[str]) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -52,10 +52,7 @@ class Evaluator:
     def with_sfb(self, cuts: Sequence[SfbCut]) -> Evaluator:
         """From now on, plans are judged with the cuts of `cuts` they replicate (class doc)."""
         group_of = self.sim.analysis.grouping.group_of
-        # A cut that all-reduces summands apart (SfbCut.allreduced) needs their producers' groups too.
-        ops = [(c, (*c.ops, *(TensorRef.parse(t).op for t in c.allreduced))) for c in cuts]
-        self.sfb_cuts = tuple((c, frozenset(group_of[op] for op in these)) for c, these in ops
-                              if all(op in group_of for op in these))
+        self.sfb_cuts = tuple((c, groups) for c in cuts if (groups := cut_groups(c, group_of)) is not None)
         return self
 
     def _applicable(self, strategy: Strategy) -> list[SfbCut]:
@@ -107,6 +104,13 @@ class Evaluator:
                          "candidates", e)
             self.unsimulatable += 1
             return None
+
+
+def cut_groups(cut: SfbCut, group_of: Mapping[str, int]) -> frozenset[int] | None:
+    """The groups of a cut's ops and, for a gradient synchronised in pieces (SfbCut.allreduced), of
+    the summands' producers; None where one is not an op of these groups (a cut of another graph)."""
+    ops = (*cut.ops, *(TensorRef.parse(t).op for t in cut.allreduced))
+    return frozenset(group_of[op] for op in ops) if all(op in group_of for op in ops) else None
 
 
 def in_pieces_fits(strategy: Strategy, groups: frozenset[int]) -> bool:

@@ -16,8 +16,8 @@ the paper's MILP over its candidate subgraph V with SCIP:
 
 X_i: extra compute of running op i on the whole batch rather than its shard (the slowest device
 of the group); C_t: gathering tensor t to every device (a split value: each device receives the
-other shards; a value every replica already holds: free; a partial sum is never cut -- see
-`tensor_cost`); S: the
+other shards; a value every replica already holds: free; a partial sum is cut only when a
+gradient is synchronised in pieces -- see `tensor_cost` and `split_problems`); S: the
 synchronisation of g the duplication removes (ring AllReduce, or the partial sums sent to a PS).
 Times come from the simulator's own (calibrated) op costs and links. The paper counts D(D-1)
 transfers per factor and (D-1) T_i; we use the per-device receive volume and the measured per-
@@ -95,6 +95,7 @@ class SfbOutcome:
     simulations: int
     solve_s: float                 # all MILPs
     total_s: float                 # MILPs + simulations
+    pieces_tried: int = 0          # gradients simulated synchronised in pieces (`split_problems`)
 
     def to_dict(self) -> dict[str, Any]:
         times = [s.solve_s for s in self.solutions]
@@ -106,6 +107,7 @@ class SfbOutcome:
                 "solver": "SCIP", "solve_s": round(self.solve_s, 4), "total_s": round(self.total_s, 4),
                 "solve_ms_per_gradient": {"mean": round(1e3 * float(np.mean(times)), 3) if times else 0.0,
                                           "max": round(1e3 * float(np.max(times)), 3) if times else 0.0},
+                "in_pieces_tried": self.pieces_tried,
                 "in_pieces": sum(bool(c.allreduced) for c in self.strategy.sfb),
                 "cuts": [c.to_dict() for c in self.strategy.sfb]}
 
@@ -305,21 +307,23 @@ class SfbSolver:
             if value < -1e-12 or split:
                 chosen = tuple(i for i in cone if model.getSolVal(sol, alpha[i]) > 0.5)
         solution = SfbSolution(problem, chosen, value if chosen else 0.0, time.perf_counter() - start, status,
-                               self._gathers(chosen), self._allreduced(chosen) if split else ())
+                               self._gathers(chosen), self._allreduced(chosen, strategy) if split else ())
         model.freeProb()
         return solution
 
-    def split_problems(self, strategy: Strategy, solutions: Sequence[SfbSolution]) -> list[SfbProblem]:
-        """The gradients left synchronised whose producer sums two or more partial sums of its own
+    def split_problems(self, strategy: Strategy, solutions: Sequence[SfbSolution],
+                       kept: Sequence[SfbCut] = ()) -> list[SfbProblem]:
+        """The gradients no cut of `kept` rebuilds whose producer sums two or more partial sums of its own
         layout (a variable used twice: a tied embedding's lookup and output layer) in a group
         replicated with allreduce. Synchronised in pieces, the summand the backward pass produces
         first (the output layer's dense gradient) is all-reduced while the rest of the backward pass
         runs, and a lookup's can be rebuilt from its rows; whether that pays (the summands together
         can cost more traffic than their sum) is the simulator's to say (`apply_sfb`)."""
         out = []
+        rebuilt = {c.gradient for c in kept}
         for s in solutions:
             p = s.problem
-            if s.ops or p.option is not Option.ALLREDUCE:
+            if p.gradient in rebuilt or p.option is not Option.ALLREDUCE:
                 continue
             plan = strategy.groups[p.group]
             partial = {int(self.e_tensor[e]) for e in self.in_edges[p.producer]
@@ -329,11 +333,14 @@ class SfbSolver:
                 out.append(p)
         return out
 
-    def _allreduced(self, chosen: Sequence[int]) -> tuple[int, ...]:
-        """Partial sums a cut reads from ops it does not duplicate (each all-reduced on its own)."""
+    def _allreduced(self, chosen: Sequence[int], strategy: Strategy) -> tuple[int, ...]:
+        """Partial sums of replicated ops a cut reads from ops it does not duplicate (each all-reduced
+        on its own: `tensor_cost` prices no other partial sum); placement.layout checks the same."""
         dup = set(chosen)
-        return tuple(dict.fromkeys(int(self.e_tensor[e]) for i in chosen for e in self.in_edges[i]
-                                   if int(self.e_src[e]) not in dup and self.e_state[e] == PARTIAL))
+        return tuple(dict.fromkeys(
+            int(self.e_tensor[e]) for i in chosen for e in self.in_edges[i]
+            if int(self.e_src[e]) not in dup and self.e_state[e] == PARTIAL and not self.source[int(self.e_src[e])]
+            and self._replicated(strategy.groups[int(self.group[int(self.e_src[e])])])))
 
     def _gathers(self, chosen: Sequence[int]) -> frozenset[int]:
         """Tensors a cut makes whole on every device: inputs of duplicated ops from ops that are not."""
@@ -397,11 +404,13 @@ def apply_sfb(sim: Simulator, strategy: Strategy, *, time_limit_s: float = 1.0, 
     proposed = sorted((s for s in solutions if s.ops), key=lambda s: s.objective_s)
     cuts = [solver.cut_of(s) for s in proposed]
     if seed:
-        from tag_tf.search.moves import replicated_groups
+        from tag_tf.search.moves import cut_groups, in_pieces_fits, replicated_groups
 
         group_of, replicated = sim.analysis.grouping.group_of, replicated_groups(base)
         solved = {c.gradient for c in cuts}
-        cuts += [c for c in seed if c.gradient not in solved and all(group_of.get(op) in replicated for op in c.ops)]
+        cuts += [c for c in seed if c.gradient not in solved and all(group_of.get(op) in replicated for op in c.ops)
+                 and (not c.allreduced or ((groups := cut_groups(c, group_of)) is not None
+                                           and in_pieces_fits(base, groups)))]
 
     def seconds(plan: Strategy) -> float:
         try:
@@ -425,38 +434,40 @@ def apply_sfb(sim: Simulator, strategy: Strategy, *, time_limit_s: float = 1.0, 
                 sims += 1
                 if trial < best:
                     best, kept = trial, [*kept, cut]
+    tried = 0
     if pieces:
-        best, kept, sims, split_s = _try_in_pieces(solver, base, solutions, best, kept, seconds, sims, max_simulations)
+        best, kept, sims, split_s, tried = _try_in_pieces(solver, base, solutions, best, kept, seconds, sims,
+                                                          max_simulations)
         solve_s += split_s
     result = base.with_sfb_cuts(kept)
     if not best < before:           # nothing beats the plan as given
         result, best = strategy, before
-    return SfbOutcome(result, before, best, solutions, len(cuts), len(result.sfb), sims, solve_s,
-                      time.perf_counter() - start)
+    return SfbOutcome(result, before, best, solutions, len(cuts) + tried, len(result.sfb), sims, solve_s,
+                      time.perf_counter() - start, tried)
 
 
 def _try_in_pieces(solver: SfbSolver, base: Strategy, solutions: Sequence[SfbSolution], best: float,
                    kept: list[SfbCut], seconds: Callable[[Strategy], float], sims: int,
-                   max_simulations: int) -> tuple[float, list[SfbCut], int, float]:
+                   max_simulations: int) -> tuple[float, list[SfbCut], int, float, int]:
     """Gradients summed from several partial sums (`split_problems`), each tried synchronised in
     pieces on top of the cuts kept so far, kept where the plan simulates faster. Returns the best
-    time, the cuts, the simulations run and the solving time."""
-    solve_s = 0.0
-    for problem in solver.split_problems(base, solutions):
+    time, the cuts, the simulations run, the solving time and how many were simulated."""
+    solve_s, tried = 0.0, 0
+    for problem in solver.split_problems(base, solutions, kept):
         if sims >= max_simulations or solver.out_of_time():
             break
-        if any(c.gradient == problem.gradient for c in kept):
-            continue
         split = solver.solve(problem, base, split=True)
         solve_s += split.solve_s
         if not split.ops:
             continue
-        cut = solver.cut_of(split)
-        trial = seconds(base.with_sfb_cuts([*kept, cut]))
-        sims += 1
+        # The MILP cannot see the overlap these cuts are for (its price is never a saving): the
+        # cut's saving is the simulator's.
+        trial = seconds(base.with_sfb_cuts([*kept, solver.cut_of(split)]))
+        sims, tried = sims + 1, tried + 1
         if trial < best:
+            cut = dataclasses.replace(solver.cut_of(split), saving_s=round(best - trial, 9))
             best, kept = trial, [*kept, cut]
-    return best, kept, sims, solve_s
+    return best, kept, sims, solve_s, tried
 
 
 def _seconds(report: SimReport) -> float:

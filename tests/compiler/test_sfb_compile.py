@@ -290,11 +290,15 @@ def test_a_partial_sum_named_allreduced_must_be_one_the_cut_reads_in_an_allreduc
         # the lookup's partial sum read but not named: refused as before
         "reads the partial sum .*or name it in the cut's 'allreduced'":
             dp.with_sfb_cuts([SfbCut(f"{addn}:0", (host[addn],), 0.0, (dense.name,))]),
-        "'allreduced' names 'no/such:0'":
+        "'allreduced' names 'no/such:0', which none of the cut's duplicated ops reads":
             dp.with_sfb_cuts([SfbCut(f"{addn}:0", (host[addn],), 0.0, (dense.name, lookup.name, "no/such:0"))]),
-        "only a group replicated with allreduce":
+        # the lookup's op duplicated too: its sum is whole on every device, nothing to all-reduce
+        "names 'gradients/AddN_20/inputs_1:0', whose producer the plan duplicates too":
+            dp.with_sfb_cuts([SfbCut(f"{addn}:0", (host[addn], host[lookup.op]), 0.0, (dense.name, lookup.name))]),
+        "only a partial sum of a group replicated with allreduce on the devices of the ops reading it":
             Strategy.uniform(G, (0, 1), Option.PS).with_sfb_cuts([split_cuts(a, addn, dense, lookup)["dense"]]),
     }
+    assert lookup.name == "gradients/AddN_20/inputs_1:0"
     sim = Simulator(a, load_topology("local:2"))
     for message, strategy in cases.items():
         with pytest.raises(StrategyError, match=message):
@@ -303,6 +307,12 @@ def test_a_partial_sum_named_allreduced_must_be_one_the_cut_reads_in_an_allreduc
             sim.simulate(strategy)
     cut = split_cuts(a, addn, dense, lookup)["rows"]
     again = Strategy.from_dict(json.loads(dp.with_sfb_cuts([cut]).to_json()))
-    assert again.sfb == (cut,) and json.loads(dp.to_json()).get("sfb") is None
+    assert again.sfb == (cut,) and cut.to_dict()["allreduced"] == [dense.name]
+    whole = SfbCut(cut.gradient, cut.ops, 0.5)            # a cut as files before the field hold it
+    assert "allreduced" not in whole.to_dict()
+    assert Strategy.from_dict(json.loads(dp.with_sfb_cuts([whole]).to_json())).sfb == (whole,)
     with pytest.raises(StrategyError, match="'allreduced' must be a list of tensor names"):
         Strategy.from_dict({**json.loads(dp.to_json()), "sfb": [{**cut.to_dict(), "allreduced": "x:0"}]})
+    with pytest.raises(StrategyError, match="a tensor is listed twice in 'allreduced'"):
+        Strategy.from_dict({**json.loads(dp.to_json()),
+                            "sfb": [{**cut.to_dict(), "allreduced": [dense.name, dense.name]}]})

@@ -205,12 +205,15 @@ def test_a_tied_embedding_gradient_is_tried_in_pieces_and_kept_where_it_simulate
     kinds = {a.graph.op(r.op).type: r.name for r in addn.inputs}
     assert cut.ops[0] == tied.op and a.planning.host[kinds["UnsortedSegmentSum"].split(":")[0]] in cut.ops
     assert cut.allreduced == (kinds["Identity"],)          # the output layer's MatMul gradient, via its tuple
+    assert split.objective_s >= 0          # the MILP prices the pieces without their overlap: never a saving
     outcome = apply_sfb(sim, plan)
     kept = [c for c in outcome.strategy.sfb if c.allreduced]
-    assert kept == [cut]
+    assert [(c.ops, c.allreduced) for c in kept] == [(cut.ops, cut.allreduced)]
+    assert outcome.pieces_tried == 1 and outcome.to_dict()["in_pieces"] == 1
     assert outcome.after_s < outcome.before_s
-    assert outcome.after_s < sim.simulate(outcome.strategy.with_sfb_cuts(
-        [c for c in outcome.strategy.sfb if not c.allreduced])).iteration_time_s
+    others = sim.simulate(outcome.strategy.with_sfb_cuts([c for c in outcome.strategy.sfb if not c.allreduced]))
+    assert outcome.after_s < others.iteration_time_s
+    assert kept[0].saving_s == pytest.approx(others.iteration_time_s - outcome.after_s, abs=1e-9)   # the simulator's
     # The search judges plans with the cut where the summands' producers share its allreduce layout.
     from tag_tf.search.moves import Evaluator
 
@@ -218,12 +221,10 @@ def test_a_tied_embedding_gradient_is_tried_in_pieces_and_kept_where_it_simulate
     assert judge(plan) == pytest.approx(outcome.after_s)
     ps = dataclasses.replace(plan, groups=tuple(dataclasses.replace(g, option=Option.PS) for g in plan.groups))
     assert cut not in judge._applicable(ps) and np.isfinite(judge(ps))
-    # On the 16-GPU testbed the pieces' traffic costs more than the overlap gives: tried, not kept.
+    # This small model (batch 32, a 4,000-row table) on the 16-GPU testbed: the rows gathered to 16
+    # devices cost more than the overlap gives: simulated, not kept.
     testbed = Simulator(a, load_topology("testbed"))
     plan = baseline("horovod-p", testbed.num_groups, testbed.topology)
-    solver = SfbSolver(testbed)
-    [piece] = solver.split_problems(plan, solver.solve_all(plan))
-    split = solver.cut_of(solver.solve(piece, plan, split=True))
     outcome = apply_sfb(testbed, plan)
-    assert testbed.simulate(plan.with_sfb_cuts([split])).iteration_time_s > outcome.after_s
-    assert not any(c.allreduced for c in outcome.strategy.sfb)
+    assert outcome.pieces_tried == 1 and not any(c.allreduced for c in outcome.strategy.sfb)
+    assert apply_sfb(testbed, plan, pieces=False).simulations == outcome.simulations - 1

@@ -205,7 +205,8 @@ def _print(out: dict[str, Any], args: argparse.Namespace, sim: Simulator) -> Non
         print(f"  {name:<11} {_ms(math.inf if t is None else t)}")
     sfb = out["sfb"]
     if sfb["enabled"]:
-        print(f"  SFB: {sfb['kept']} of {sfb['gradients']} gradient synchronisations replaced by duplicated ops "
+        pieces = f", {sfb['in_pieces']} of them synchronised in pieces" if sfb.get("in_pieces") else ""
+        print(f"  SFB: {sfb['kept']} of {sfb['gradients']} gradient synchronisations replaced by duplicated ops{pieces} "
               f"({sfb['before_s'] * 1e3:.2f} -> {sfb['after_s'] * 1e3:.2f} ms simulated; SCIP "
               f"{sfb['solve_ms_per_gradient']['mean']:.1f} ms per gradient)")
     if args.out:
