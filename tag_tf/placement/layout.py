@@ -156,17 +156,19 @@ def validated_duplicates(analysis: Analysis, strategy: Strategy, coloc: Colocati
     members = members if members is not None else analysis.planning.members()
     for cut in strategy.sfb:
         for op in cut.ops:
-            if op not in planned:
-                raise StrategyError(f"sfb for {cut.gradient}: op {op!r} is not a planned op of this graph")
-        synced = _allreduced(analysis, strategy, cut, dup, members)
-        for op in cut.ops:
             where = f"sfb for {cut.gradient}: op {op!r}"
+            if op not in planned:
+                raise StrategyError(f"{where} is not a planned op of this graph")
             gid = analysis.grouping.group_of[op]
             plan = strategy.groups[gid]
             if len(plan.devices) < 2 or plan.option not in (Option.ALLREDUCE, Option.PS):
                 raise StrategyError(f"{where}: its group {gid} runs {plan.option.value} on {len(plan.devices)} "
                                     "device(s); only ops of a group replicated with allreduce or ps can be "
                                     "duplicated")
+        synced = _allreduced(analysis, strategy, cut, dup, members)
+        for op in cut.ops:
+            where = f"sfb for {cut.gradient}: op {op!r}"
+            plan = strategy.groups[analysis.grouping.group_of[op]]
             for m in members[op]:
                 what = where if m == op else f"{where} hosts {m!r}, which"
                 if Flag.SOURCE in analysis.annotations[m].flags:
@@ -203,8 +205,8 @@ def _allreduced(analysis: Analysis, strategy: Strategy, cut: SfbCut, dup: frozen
                                 "already")
         if not _replicated_partial(analysis, strategy, ref, dup):
             raise StrategyError(f"{where}, which is not a partial sum of an op replicated on 2+ devices")
-        plan = strategy.groups[analysis.grouping.group_of[readers[0]]]
-        if not _same_allreduce_layout(analysis, strategy, ref, plan):
+        if not all(_same_allreduce_layout(analysis, strategy, ref, strategy.groups[analysis.grouping.group_of[op]])
+                   for op in readers):
             raise StrategyError(f"{where}: only a partial sum of a group replicated with allreduce on the devices "
                                 "of the ops reading it is all-reduced on its own")
         out.add(ref)

@@ -109,7 +109,7 @@ class Evaluator:
 def cut_groups(cut: SfbCut, group_of: Mapping[str, int]) -> frozenset[int] | None:
     """The groups of a cut's ops and, for a gradient synchronised in pieces (SfbCut.allreduced), of
     the summands' producers; None where one is not an op of these groups (a cut of another graph)."""
-    ops = (*cut.ops, *(TensorRef.parse(t).op for t in cut.allreduced))
+    ops = (*cut.ops, *(TensorRef.parse(t.lstrip("^")).op for t in cut.allreduced))
     return frozenset(group_of[op] for op in ops) if all(op in group_of for op in ops) else None
 
 

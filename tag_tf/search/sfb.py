@@ -90,7 +90,7 @@ class SfbOutcome:
     before_s: float                # simulated iteration time without SFB
     after_s: float                 # with the kept cuts (== before_s when none is kept)
     solutions: tuple[SfbSolution, ...]
-    proposed: int                  # cuts with a predicted saving
+    proposed: int                  # cuts with a predicted saving, and gradients simulated in pieces
     kept: int
     simulations: int
     solve_s: float                 # all MILPs
@@ -465,7 +465,8 @@ def _try_in_pieces(solver: SfbSolver, base: Strategy, solutions: Sequence[SfbSol
         trial = seconds(base.with_sfb_cuts([*kept, solver.cut_of(split)]))
         sims, tried = sims + 1, tried + 1
         if trial < best:
-            cut = dataclasses.replace(solver.cut_of(split), saving_s=round(best - trial, 9))
+            saving = round(best - trial, 9) if math.isfinite(best) else 0.0     # the plan as given ran out of memory
+            cut = dataclasses.replace(solver.cut_of(split), saving_s=saving)
             best, kept = trial, [*kept, cut]
     return best, kept, sims, solve_s, tried
 

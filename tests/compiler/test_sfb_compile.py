@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections import Counter
 
 import numpy as np
@@ -293,12 +294,11 @@ def test_a_partial_sum_named_allreduced_must_be_one_the_cut_reads_in_an_allreduc
         "'allreduced' names 'no/such:0', which none of the cut's duplicated ops reads":
             dp.with_sfb_cuts([SfbCut(f"{addn}:0", (host[addn],), 0.0, (dense.name, lookup.name, "no/such:0"))]),
         # the lookup's op duplicated too: its sum is whole on every device, nothing to all-reduce
-        "names 'gradients/AddN_20/inputs_1:0', whose producer the plan duplicates too":
+        f"names '{re.escape(lookup.name)}', whose producer the plan duplicates too":
             dp.with_sfb_cuts([SfbCut(f"{addn}:0", (host[addn], host[lookup.op]), 0.0, (dense.name, lookup.name))]),
         "only a partial sum of a group replicated with allreduce on the devices of the ops reading it":
             Strategy.uniform(G, (0, 1), Option.PS).with_sfb_cuts([split_cuts(a, addn, dense, lookup)["dense"]]),
     }
-    assert lookup.name == "gradients/AddN_20/inputs_1:0"
     sim = Simulator(a, load_topology("local:2"))
     for message, strategy in cases.items():
         with pytest.raises(StrategyError, match=message):
