@@ -61,7 +61,7 @@ class SfbCut:
     """
     gradient: str                 # the gradient tensor whose synchronisation this replaces
     ops: tuple[str, ...]          # planned ops run duplicated (producer of `gradient` included)
-    saving_s: float = 0.0         # the SFB MILP's predicted saving per iteration (seconds)
+    saving_s: float = 0.0         # predicted saving per iteration (seconds): the SFB MILP's; in pieces, the simulator's
     # Partial sums the duplicated ops read, each all-reduced on its own where the backward pass
     # produces it: a gradient summed from several partial sums is then synchronised in pieces (a
     # tied embedding: the output layer's dense gradient all-reduced as soon as it is computed,

@@ -59,8 +59,7 @@ class Evaluator:
         if not self.sfb_cuts or strategy.sfb or strategy.microbatches > 1 or strategy.op_groups is not None:
             return []
         replicated = replicated_groups(strategy)
-        return [c for c, groups in self.sfb_cuts
-                if groups <= replicated and (not c.allreduced or in_pieces_fits(strategy, groups))]
+        return [c for c, groups in self.sfb_cuts if cut_applies(strategy, replicated, c, groups)]
 
     def __call__(self, strategy: Strategy) -> float:
         report = self.report(strategy)
@@ -113,11 +112,15 @@ def cut_groups(cut: SfbCut, group_of: Mapping[str, int]) -> frozenset[int] | Non
     return frozenset(group_of[op] for op in ops) if all(op in group_of for op in ops) else None
 
 
-def in_pieces_fits(strategy: Strategy, groups: frozenset[int]) -> bool:
-    """A gradient synchronised in pieces (SfbCut.allreduced) runs where its ops and the summands'
-    producers share one allreduce layout (what the SFB solver offers)."""
+def cut_applies(strategy: Strategy, replicated: set[int], cut: SfbCut, groups: frozenset[int]) -> bool:
+    """Whether `strategy` can take `cut` (whose `cut_groups` are `groups`): every group replicated
+    (`replicated_groups`) and, for a gradient synchronised in pieces (SfbCut.allreduced), its ops and
+    the summands' producers in one allreduce layout (what the SFB solver offers)."""
+    if not groups <= replicated:
+        return False
     plans = {strategy.groups[g] for g in groups}
-    return len({p.devices for p in plans}) == 1 and all(p.option is Option.ALLREDUCE for p in plans)
+    return not cut.allreduced or (len({p.devices for p in plans}) == 1
+                                  and all(p.option is Option.ALLREDUCE for p in plans))
 
 
 def replicated_groups(strategy: Strategy) -> set[int]:

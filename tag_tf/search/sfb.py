@@ -171,6 +171,13 @@ class SfbSolver:
     def _replicated(plan: GroupPlan) -> bool:
         return len(plan.devices) > 1 and plan.option in (Option.ALLREDUCE, Option.PS)
 
+    def _replicated_partial(self, e: int, strategy: Strategy) -> bool:
+        """Edge e carries a per-replica partial sum of a replicated op (placement.layout's
+        `_replicated_partial`, on the planned graph): synchronised wherever it is made whole."""
+        producer = int(self.e_src[e])
+        return (self.e_state[e] == PARTIAL and not self.source[producer]
+                and self._replicated(strategy.groups[int(self.group[producer])]))
+
     def _same_layout(self, op: int, strategy: Strategy, plan: GroupPlan) -> bool:
         other = strategy.groups[int(self.group[op])]
         return other.devices == plan.devices and other.option is plan.option
@@ -236,8 +243,7 @@ class SfbSolver:
         `split`: a partial sum of the group's own layout may be cut, all-reduced on its own."""
         nbytes = float(self.e_bytes[e])
         producer = int(self.e_src[e])
-        if (self.e_state[e] == PARTIAL and not self.source[producer]
-                and self._replicated(strategy.groups[int(self.group[producer])])):
+        if self._replicated_partial(e, strategy):
             # A partial sum would be synchronised where it is cut: the same traffic as the gradient,
             # but mid-way through the backward pass, which then waits for it (TF's gradient tuples
             # make the rest of the backward pass depend on every gradient of a layer). Only a
@@ -269,7 +275,8 @@ class SfbSolver:
         model = Model(f"sfb:{problem.gradient}")
         model.hideOutput()
         model.setParam("limits/time", self._time_limit())
-        alpha = {i: model.addVar(f"a{i}", vtype="B") for i in cone}
+        # split: the producer is duplicated whatever it costs
+        alpha = {i: model.addVar(f"a{i}", vtype="B", lb=float(split and i == problem.producer)) for i in cone}
         cut: dict[int, Any] = {}         # per tensor id entering a cone op
         cut_cost: dict[int, float] = {}
         objective = []
@@ -295,7 +302,6 @@ class SfbSolver:
         saving = (self.all_reduce(problem.nbytes, devices, fused) if problem.option is Option.ALLREDUCE
                   else self.ps_sync(problem.nbytes, devices))
         objective.append(-saving * alpha[g])
-        model.addCons(alpha[g] >= int(split))
         model.setObjective(quicksum(objective), "minimize")
         model.optimize()
         status = model.getStatus()
@@ -327,8 +333,7 @@ class SfbSolver:
                 continue
             plan = strategy.groups[p.group]
             partial = {int(self.e_tensor[e]) for e in self.in_edges[p.producer]
-                       if self.e_state[e] == PARTIAL and not self.source[int(self.e_src[e])]
-                       and self._same_layout(int(self.e_src[e]), strategy, plan)}
+                       if self._replicated_partial(e, strategy) and self._same_layout(int(self.e_src[e]), strategy, plan)}
             if len(partial) >= 2:
                 out.append(p)
         return out
@@ -337,10 +342,8 @@ class SfbSolver:
         """Partial sums of replicated ops a cut reads from ops it does not duplicate (each all-reduced
         on its own: `tensor_cost` prices no other partial sum); placement.layout checks the same."""
         dup = set(chosen)
-        return tuple(dict.fromkeys(
-            int(self.e_tensor[e]) for i in chosen for e in self.in_edges[i]
-            if int(self.e_src[e]) not in dup and self.e_state[e] == PARTIAL and not self.source[int(self.e_src[e])]
-            and self._replicated(strategy.groups[int(self.group[int(self.e_src[e])])])))
+        return tuple(dict.fromkeys(int(self.e_tensor[e]) for i in chosen for e in self.in_edges[i]
+                                   if int(self.e_src[e]) not in dup and self._replicated_partial(e, strategy)))
 
     def _gathers(self, chosen: Sequence[int]) -> frozenset[int]:
         """Tensors a cut makes whole on every device: inputs of duplicated ops from ops that are not."""
@@ -404,13 +407,12 @@ def apply_sfb(sim: Simulator, strategy: Strategy, *, time_limit_s: float = 1.0, 
     proposed = sorted((s for s in solutions if s.ops), key=lambda s: s.objective_s)
     cuts = [solver.cut_of(s) for s in proposed]
     if seed:
-        from tag_tf.search.moves import cut_groups, in_pieces_fits, replicated_groups
+        from tag_tf.search.moves import cut_applies, cut_groups, replicated_groups
 
         group_of, replicated = sim.analysis.grouping.group_of, replicated_groups(base)
         solved = {c.gradient for c in cuts}
-        cuts += [c for c in seed if c.gradient not in solved and all(group_of.get(op) in replicated for op in c.ops)
-                 and (not c.allreduced or ((groups := cut_groups(c, group_of)) is not None
-                                           and in_pieces_fits(base, groups)))]
+        cuts += [c for c in seed if c.gradient not in solved and (groups := cut_groups(c, group_of)) is not None
+                 and cut_applies(base, replicated, c, groups)]
 
     def seconds(plan: Strategy) -> float:
         try:
@@ -462,12 +464,12 @@ def _try_in_pieces(solver: SfbSolver, base: Strategy, solutions: Sequence[SfbSol
             continue
         # The MILP cannot see the overlap these cuts are for (its price is never a saving): the
         # cut's saving is the simulator's.
-        trial = seconds(base.with_sfb_cuts([*kept, solver.cut_of(split)]))
+        cut = solver.cut_of(split)
+        trial = seconds(base.with_sfb_cuts([*kept, cut]))
         sims, tried = sims + 1, tried + 1
         if trial < best:
             saving = round(best - trial, 9) if math.isfinite(best) else 0.0     # the plan as given ran out of memory
-            cut = dataclasses.replace(solver.cut_of(split), saving_s=saving)
-            best, kept = trial, [*kept, cut]
+            best, kept = trial, [*kept, dataclasses.replace(cut, saving_s=saving)]
     return best, kept, sims, solve_s, tried
 
 
