@@ -58,6 +58,7 @@ def run_row(model: str, preset: str, budget: float) -> dict[str, Any]:
             continue
         kept = [c for c in pieces.strategy.sfb if c.allreduced]
         row["plans"][name] = {
+            "devices": len({d for g in plan.groups for d in g.devices}),
             "before_ms": whole.before_s * 1e3, "whole_ms": whole.after_s * 1e3, "pieces_ms": pieces.after_s * 1e3,
             "speedup": whole.after_s / pieces.after_s, "tried": pieces.pieces_tried > 0, "kept": bool(kept),
             "rebuilt_from_rows": any(len(c.ops) > 1 for c in kept),
@@ -88,6 +89,8 @@ def render(data: dict[str, Any]) -> str:
                 continue
             how = (("yes, lookup rebuilt from its rows" if c["rebuilt_from_rows"] else "yes, both all-reduced apart")
                    if c["kept"] else "no, simulated slower" if c.get("tried") else "not tried")
+            used = c.get("devices")
+            name = name if used is None else f"{name} ({'one device' if used == 1 else f'{used} devices'})"
             lines.append(f"| {key} | {r['batch']} | {name} | {c['before_ms']:.1f} | {c['whole_ms']:.1f} | "
                          f"{c['pieces_ms']:.1f} | {c['speedup']:.3f}x | {how} |")
     best = v["best_speedup"]

@@ -27,7 +27,8 @@ def test_every_plan_of_every_row_is_rendered_from_the_json(data):
             if "error" in c:
                 assert f"| {key} | {r['batch']} | {name} | - | - | - | - | cannot run: {c['error']} |" in text
                 continue
-            assert (f"| {key} | {r['batch']} | {name} | {c['before_ms']:.1f} | {c['whole_ms']:.1f} | "
+            label = f"{name} ({'one device' if c['devices'] == 1 else str(c['devices']) + ' devices'})"
+            assert (f"| {key} | {r['batch']} | {label} | {c['before_ms']:.1f} | {c['whole_ms']:.1f} | "
                     f"{c['pieces_ms']:.1f} | {c['speedup']:.3f}x |") in text
             assert c["pieces_ms"] <= c["whole_ms"] * (1 + 1e-9) and c["whole_ms"] <= c["before_ms"] * (1 + 1e-9)
             assert bool(c["allreduced"]) == c["kept"]
