@@ -260,21 +260,31 @@ def stage_blocks(topology: Topology, caps: Sequence[float]) -> list[list[tuple[i
     units = [tuple(g.devices) for g in topology.groups]
     if len(units) < 2:
         units = [(d,) for d in range(topology.num_devices)]
-    fastest = sorted(units, key=lambda u: -sum(caps[d] for d in u))
     out: list[list[tuple[int, ...]]] = []
-    for order in (units, fastest):
-        weight = np.array([sum(caps[d] for d in u) for u in order], dtype=float)
-        middle = (np.cumsum(weight) - 0.5 * weight) / weight.sum()
+    for order in (units, fastest_first(units, caps)):
         for count in range(2, min(MAX_STAGES, len(order)) + 1):
-            cuts = [0]
-            for s in range(1, count):
-                cut = int(np.searchsorted(middle, s / count, side="right"))
-                cuts.append(min(max(cut, cuts[-1] + 1), len(order) - (count - s)))
-            cuts.append(len(order))
-            blocks = [tuple(d for u in order[cuts[s]:cuts[s + 1]] for d in u) for s in range(count)]
+            blocks = capacity_blocks(order, caps, count)
             if blocks not in out:
                 out.append(blocks)
     return out
+
+
+def fastest_first(units: Sequence[tuple[int, ...]], caps: Sequence[float]) -> list[tuple[int, ...]]:
+    """`units` (device tuples, e.g. machines) by their capacity, largest first (ties keep their order)."""
+    return sorted(units, key=lambda u: -sum(caps[d] for d in u))
+
+
+def capacity_blocks(order: Sequence[tuple[int, ...]], caps: Sequence[float], count: int) -> list[tuple[int, ...]]:
+    """`order`'s units cut into `count` (<= len(order)) consecutive blocks of about equal capacity:
+    a unit goes to the block its capacity's middle falls in, every block keeping at least one."""
+    weight = np.array([sum(caps[d] for d in u) for u in order], dtype=float)
+    middle = (np.cumsum(weight) - 0.5 * weight) / weight.sum()
+    cuts = [0]
+    for s in range(1, count):
+        cut = int(np.searchsorted(middle, s / count, side="right"))
+        cuts.append(min(max(cut, cuts[-1] + 1), len(order) - (count - s)))
+    cuts.append(len(order))
+    return [tuple(d for u in order[cuts[s]:cuts[s + 1]] for d in u) for s in range(count)]
 
 
 def pipeline_search(cost: Evaluator, analysis: Analysis, topology: Topology, best_plan: Strategy | None,

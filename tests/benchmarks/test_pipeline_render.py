@@ -27,6 +27,12 @@ def test_every_row_and_verdict_is_rendered_from_the_json(data):
         if "split_floor_ms" in r:
             assert r["split_floor_ms"] <= r["without"]["ms"] and r["split_floor_ms"] <= r["with"]["ms"] * 1.0001
             assert f"| {r['split_floor_ms']:.1f} | {r['ceiling']:.2f}x |" in text
+        if "sweep" in r:
+            sw = r["sweep"]
+            assert (f"| {sw['pipeline_ms']:.1f} ({sw['machines']}, {sw['stages']}, {sw['microbatches']}) | "
+                    f"{sw['dp_ms']:.1f} |") in text
+    for key, x in data["verdicts"].get("targets_sweep", {}).items():
+        assert f"{key} {x:.2f}x" in text
 
 
 def test_a_target_row_within_the_target_of_its_split_floor_is_out_of_reach(data):
