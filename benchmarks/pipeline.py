@@ -78,9 +78,16 @@ def pipeline_sweep(sim: Any, analysis: Any, topology: Any) -> dict[str, Any]:
     data parallelism on every such shape, the search's pipelining phase has none to find."""
     import numpy as np
 
+    from tag_tf.errors import StrategyError
     from tag_tf.search import stages as st
     from tag_tf.search.baselines import HOROVOD_FUSION_BYTES
     from tag_tf.strategy import Option, Strategy
+
+    def ms(plan: Any) -> float:
+        try:
+            return sim.simulate(plan).iteration_time_s * 1e3
+        except StrategyError:        # a plan the batch cannot fill (fewer samples than replicas)
+            return float("inf")
 
     caps = st.stage_capacities(sim, topology)
     weights = st.planned_op_weights(sim, int(sim.device_type_index[int(np.argmax(caps))]))
@@ -91,7 +98,7 @@ def pipeline_sweep(sim: Any, analysis: Any, topology: Any) -> dict[str, Any]:
         devices = tuple(d for u in units for d in u)
         dp = Strategy.uniform(len(analysis.grouping.groups), devices, Option.ALLREDUCE, shares=tuple(caps),
                               fusion_bytes=HOROVOD_FUSION_BYTES)
-        out["dp_ms"] = min(out["dp_ms"], sim.simulate(dp).iteration_time_s * 1e3)
+        out["dp_ms"] = min(out["dp_ms"], ms(dp))
         for count in range(2, min(st.MAX_STAGES, len(units)) + 1):
             blocks = st.capacity_blocks(units, caps, count)
             capacity = [sum(caps[d] for d in b) for b in blocks]
@@ -100,10 +107,10 @@ def pipeline_sweep(sim: Any, analysis: Any, topology: Any) -> dict[str, Any]:
                     continue
                 plan = st.pipeline_plan(analysis, blocks, m, fractions=capacity, shares=caps, weights=weights,
                                         fusion_bytes=HOROVOD_FUSION_BYTES)
-                ms = sim.simulate(plan).iteration_time_s * 1e3
+                t = ms(plan)
                 out["tried"] += 1
-                if ms < out["pipeline_ms"]:
-                    out.update(pipeline_ms=ms, machines=k, stages=len(set(plan.op_groups or ())), microbatches=m)
+                if t < out["pipeline_ms"]:
+                    out.update(pipeline_ms=t, machines=k, stages=len(set(plan.op_groups or ())), microbatches=m)
     return out
 
 
