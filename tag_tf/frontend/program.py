@@ -463,6 +463,11 @@ class _Resolved:
     fed: tuple[tuple[str, tuple[str, ...], tuple[object, ...]], ...]   # (original, compiled names, their refs)
 
 
+# Run signatures a Runner keeps resolved: a program that fetches ever other lists (a loop naming a
+# step's tensors) resolves again past this many, rather than holding every one it ever ran.
+RESOLVED_MAX = 64
+
+
 class Runner:
     """Runs original ops/tensors of one user session on its compiled session; training runs on
     `step` when this task drives its own part of each step (between-graph execution).
@@ -491,6 +496,8 @@ class Runner:
             fed = tuple((name, cs, tuple(g.get_tensor_by_name(c).ref() for c in cs)) for name, cs in compiled.items())
             found = _Resolved(names, unique, op_names, tuple(g.get_operation_by_name(o) for o in op_names),
                               tuple(g.get_tensor_by_name(n) for n in unique), fed)
+            if len(self._resolved) >= RESOLVED_MAX:         # the oldest signature goes first
+                del self._resolved[next(iter(self._resolved))]
             self._resolved[key] = found
         return found
 

@@ -620,6 +620,29 @@ def test_a_run_signature_is_resolved_once_and_repeated_fetches_keep_their_places
     assert resolved == 2              # the loop's signature and the last run's
 
 
+def test_run_signatures_kept_resolved_are_bounded_and_one_evicted_runs_again(cache, monkeypatch):
+    """A program running ever other fetch lists keeps at most RESOLVED_MAX signatures resolved (the
+    oldest goes first); a signature evicted is resolved again and gets the same values."""
+    from tag_tf.frontend import program
+
+    monkeypatch.setattr(program, "RESOLVED_MAX", 3)
+    model = Model()
+    x, y = batch(9)
+    feed = {model.x: x, model.y: y}
+    lists = [[model.loss], [model.accuracy], [model.loss, model.accuracy], [model.accuracy, model.loss]]
+    with dist(cache) as d, tf.compat.v1.Session(graph=model.graph) as sess:
+        sess.run(model.init)
+        train_with_session(model, 1, sess)          # the session's program is compiled by its training
+        values = [[float(v) for v in sess.run(fetches, feed)] for fetches in lists]
+        resolved = d._sessions[sess].runner._resolved
+        assert len(resolved) == 3
+        newest = {tuple(f.name for f in fetches) for fetches in lists[1:]}
+        assert {key[1] for key in resolved} == newest
+        assert [float(v) for v in sess.run(lists[0], feed)] == values[0]
+        assert len(resolved) == 3 and ("loss:0",) in {key[1] for key in resolved}
+    assert values[2] == [values[0][0], values[1][0]] and values[3] == values[2][::-1]
+
+
 def test_batch_smaller_than_the_replicas_runs_on_one_device(cache):
     """Predicting one example after training: the plan splits batches over 2 replicas, a batch of 1
     runs on one device with the trained values (the plain program's result), and so does a training
