@@ -35,7 +35,7 @@ def distributed(estimator: E, strategy: StrategyRequest = "auto", topology: Topo
                 cluster: ClusterRequest = None, cache_dir: str | None = None, budget_s: float | None = None,
                 verify: bool = False, exact_batch_stats: bool = False, fallback: str = "error",
                 inference: bool = False, calibration: CalibrationRequest = "default", trusted_network: bool = False,
-                sfb: bool = True) -> E:
+                sfb: bool = True, elastic: bool | None = None, min_tasks: int | None = None) -> E:
     """A copy of `estimator` whose `train` runs under `tag_tf.distribute(strategy, topology, ...)`.
 
     With `inference=True`, `predict` runs distributed too (forward only, same planner and compiler).
@@ -45,7 +45,8 @@ def distributed(estimator: E, strategy: StrategyRequest = "auto", topology: Topo
     options are checked now (OptionsError naming a bad one), not at the first `train`."""
     options = DistributeOptions(strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir,
                                 budget_s=budget_s, verify=verify, exact_batch_stats=exact_batch_stats,
-                                fallback=fallback, calibration=calibration, trusted_network=trusted_network, sfb=sfb)
+                                fallback=fallback, calibration=calibration, trusted_network=trusted_network, sfb=sfb,
+                                elastic=elastic, min_tasks=min_tasks)
     base = type(estimator)
 
     def train(self: E, *args: object, **kwargs: object) -> E:

@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from tag_tf.errors import TagError
 from tag_tf.frontend.compiling import NothingToSplit, compile_program
+from tag_tf.frontend.elastic import Elastic
 from tag_tf.frontend.options import (
     CalibrationRequest,
     ClusterRequest,
@@ -85,6 +86,8 @@ if TYPE_CHECKING:
     import numpy as np
     import tensorflow as tf
 
+    from tag_tf.runtime.roles import Role
+
 log = logging.getLogger("tag_tf.distribute")
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -94,7 +97,8 @@ def distribute(strategy: StrategyRequest | F = "auto", topology: TopologyRequest
                cluster: ClusterRequest = None, cache_dir: str | None = None, budget_s: float | None = None,
                verify: bool = False, exact_batch_stats: bool = False, fallback: str = "error",
                inference: bool = False, calibration: CalibrationRequest = "default",
-               trusted_network: bool = False, sfb: bool = True) -> Distribution | F:
+               trusted_network: bool = False, sfb: bool = True, elastic: bool | None = None,
+               min_tasks: int | None = None) -> Distribution | F:
     """Train the TF1 code run inside this context (or decorated function) distributed.
 
     strategy: "auto" (the best plan the planner gives), a baseline ("dp", "dp-p" with batch shares
@@ -125,6 +129,12 @@ def distribute(strategy: StrategyRequest | F = "auto", topology: TopologyRequest
     inference: also distribute graphs that never train: the first run fetching values computed
         from a batch input (predictions) is planned and compiled like a training run, forward only;
         fetched values are those of the single-device graph.
+    elastic: under TF_CONFIG (or a resolver), a task lost mid-run does not end it: the others agree on
+        who is left, start new servers, re-plan for the machines left, restore every variable from the
+        last step completed (held in memory) and run the lost step again with the same batch
+        (`tag_tf/frontend/elastic.py`). None (default): on when $TAG_TF_ELASTIC=1.
+    min_tasks: with `elastic`, the fewest tasks the run goes on with; below, it stops naming the lost
+        tasks (the chief's checkpoints are the way back). None: $TAG_TF_MIN_TASKS, else 1.
 
     The options are checked here, once (`DistributeOptions`): a bad one raises OptionsError naming it.
     `@tag_tf.distribute` (no arguments) decorates a function with the defaults.
@@ -134,7 +144,7 @@ def distribute(strategy: StrategyRequest | F = "auto", topology: TopologyRequest
     return Distribution(DistributeOptions(
         strategy=strategy, topology=topology, cluster=cluster, cache_dir=cache_dir, budget_s=budget_s,
         verify=verify, exact_batch_stats=exact_batch_stats, fallback=fallback, inference=inference,
-        calibration=calibration, trusted_network=trusted_network, sfb=sfb))
+        calibration=calibration, trusted_network=trusted_network, sfb=sfb, elastic=elastic, min_tasks=min_tasks))
 
 
 class Distribution:
@@ -158,6 +168,8 @@ class Distribution:
         self._log_handler: logging.Handler | None = None
         self._saved_level = logging.NOTSET
         self._tasks: ClusterTasks | None = None     # in a TF_CONFIG cluster: this task's side of it
+        self._elastic: Elastic | None = None        # ... with elastic=True: its membership changes
+        self._first: Target | None = None           # ... the first generation's target (machine i = task i)
 
     # -- context / decorator -----------------------------------------------------------------------
     def __enter__(self) -> Distribution:
@@ -168,12 +180,15 @@ class Distribution:
         self._start_logging()
         try:
             if target.role is not None:
-                self._tasks = ClusterTasks(target.role)
+                self._tasks = ClusterTasks(target.role, elastic=o.elastic_on)
                 target = self._tasks.join(target)      # a task the chief tells to serve ends here
             if target.discover:                        # after logging starts: the topology found is reported
                 from tag_tf.context import Options
 
                 target = target.discovered(Options(cache_dir=o.cache_dir).cache_root())
+            if self._tasks is not None and o.elastic_on and self._tasks.server is not None:
+                self._elastic = Elastic(self._tasks.role, self._tasks.server.target, o.fewest_tasks, self._next_generation)
+                self._first = target
         except BaseException:
             self._stop_logging()
             raise
@@ -360,6 +375,7 @@ class Distribution:
         if tasks is not None and not tasks.role.is_chief:
             state.replay.clear()             # the chief's values are loaded into this task's copies
             runner.step = tasks.follow(program, self.target, user_config)
+            self._watch(runner)
             return runner
         with bypass():
             for targets, fetches, feeds in state.replay:
@@ -372,7 +388,70 @@ class Distribution:
             log.info("tag_tf: variables not initialised yet, left for their initialiser: %s", ", ".join(missing))
         if tasks is not None and len(tasks.role.spec.tasks) > 1:
             runner.step = tasks.share_plan(program, self.target, user_config)
+            self._watch(runner)
         return runner
+
+    # -- elastic runs ------------------------------------------------------------------------------
+    def _watch(self, runner: Runner) -> None:
+        """With elastic=True, a between-graph runner's lost task starts a new generation (`Elastic`)."""
+        if self._elastic is not None and runner.step is not None:
+            runner.recover = self._elastic.recover
+
+    def _next_generation(self, runner: Runner, role: Role, values: dict[str, np.ndarray] | None,
+                         machines: tuple[int, ...]) -> tuple[str, float, dict[str, float]]:
+        """`runner` on a new generation of servers (`role`): this task's next server, the chief's plan
+        for the first generation's `machines` compiled, the chief's `values` loaded into every copy.
+        Returns the plan, its predicted seconds per step and each phase's seconds."""
+        import dataclasses
+        import time
+
+        from tag_tf.frontend.elastic import PLAN_BUDGET_S, predicted_s
+        from tag_tf.frontend.target import cluster_target
+        from tag_tf.topology.spec import restrict
+
+        assert self._first is not None
+        phases: dict[str, float] = {}
+        start = time.perf_counter()
+        first = self._first
+        target = dataclasses.replace(cluster_target(restrict(first.topology, machines), role.spec, role),
+                                     drive_s=first.drive_s)
+        tasks = ClusterTasks(role, elastic=True)
+        target = tasks.join(target)         # the chief waits for the others' servers; they, for its plan
+        self._tasks, self.target = tasks, target
+        phases["servers"] = time.perf_counter() - start
+        graph, user_config = self._graph_of(runner)
+        fetches, roots = runner.program.first_run
+        feeds = runner.current[2] if runner.current is not None else {}
+        budget = PLAN_BUDGET_S if self.options.budget_s is None else min(self.options.budget_s, PLAN_BUDGET_S)
+        options = dataclasses.replace(self.options, verify=False, budget_s=budget)
+        t = time.perf_counter()
+        program = compile_program(graph, roots, feeds, fetches, [], options=options, target=target, tasks=tasks)
+        phases["plan+compile"] = time.perf_counter() - t
+        t = time.perf_counter()
+        session = program.target.session(program.graph, user_config, as_written=program.as_written)
+        if role.is_chief:
+            assert values is not None
+            program.io.load(session, values)
+            step = tasks.share_plan(program, target, user_config)
+        else:
+            step = tasks.follow(program, target, user_config)
+        if step is not None:
+            step.batch_checked = True       # checked at the first generation's first step
+        runner.replace(program, session, step)
+        self._watch(runner)
+        phases["restore"] = time.perf_counter() - t
+        info = self._graphs[graph][0]
+        self._graphs[graph] = (info, program)
+        self.plans.append(program.plan)
+        self.programs.append(program)
+        return program.plan.describe(), predicted_s(program), phases
+
+    def _graph_of(self, runner: Runner) -> tuple[tf.Graph, object]:
+        """The user's graph that `runner` runs, and its session's ConfigProto."""
+        for sess, state in list(self._sessions.items()):
+            if state.runner is runner:
+                return sess.graph, getattr(sess, "_config", None)
+        raise TagError("elastic: the session of a failed step is gone")
 
 
 __all__ = ["Distribution", "distribute"]

@@ -45,6 +45,8 @@ class DistributeOptions:
     calibration: CalibrationRequest = "default"
     trusted_network: bool = False
     sfb: bool = True
+    elastic: bool | None = None     # None: $TAG_TF_ELASTIC=1 turns it on (`elastic_on`)
+    min_tasks: int | None = None    # None: $TAG_TF_MIN_TASKS, else 1 (`fewest_tasks`)
 
     def __post_init__(self) -> None:
         self._check_strategy()
@@ -64,6 +66,29 @@ class DistributeOptions:
         if self.fallback not in FALLBACKS:
             raise OptionsError("fallback", f"expected one of {', '.join(map(repr, FALLBACKS))}, got {self.fallback!r}")
         self._check_calibration()
+        if self.elastic is not None and not isinstance(self.elastic, bool):
+            raise OptionsError("elastic", f"expected True, False or None, got {self.elastic!r}")
+        if self.min_tasks is not None and (isinstance(self.min_tasks, bool) or not isinstance(self.min_tasks, int)
+                                           or self.min_tasks < 1):
+            raise OptionsError("min_tasks", f"expected a number of tasks >= 1, got {self.min_tasks!r}")
+
+    @property
+    def elastic_on(self) -> bool:
+        """Whether a TF_CONFIG run goes on after losing a task: `elastic`, else $TAG_TF_ELASTIC=1
+        (so that a launcher can ask for it without touching the script)."""
+        if self.elastic is not None:
+            return self.elastic
+        return os.environ.get("TAG_TF_ELASTIC", "0") == "1"
+
+    @property
+    def fewest_tasks(self) -> int:
+        """The fewest tasks an elastic run goes on with: `min_tasks`, else $TAG_TF_MIN_TASKS, else 1."""
+        if self.min_tasks is not None:
+            return self.min_tasks
+        text = os.environ.get("TAG_TF_MIN_TASKS", "1")
+        if not text.isdigit() or int(text) < 1:
+            raise OptionsError("min_tasks", f"$TAG_TF_MIN_TASKS must be a number of tasks >= 1, got {text!r}")
+        return int(text)
 
     def _check_strategy(self) -> None:
         if not isinstance(self.strategy, (str, os.PathLike, Strategy)):

@@ -391,11 +391,15 @@ class TaskStep:
     its graph, run by a session that sees this task's devices only. Every step also runs `always`,
     the cross-task sums the other tasks wait for."""
 
-    def __init__(self, task_graph: TaskGraph, session_for: Callable[[tf.Graph], tf.compat.v1.Session]):
+    def __init__(self, task_graph: TaskGraph, session_for: Callable[[tf.Graph], tf.compat.v1.Session],
+                 atomic: bool = False):
+        from tag_tf.compiler.atomic import atomic_step
         from tag_tf.runtime.sessions import import_graph
 
         self.task = task_graph.task
-        self.graph = import_graph(task_graph.graph_def)
+        # Elastic runs: every variable write waits for every collective, so a step lost in one
+        # leaves this task's variables as they were (`compiler.atomic`).
+        self.graph = import_graph(atomic_step(task_graph.graph_def) if atomic else task_graph.graph_def)
         self.session = session_for(self.graph)
         self.tensors, self.ops = task_graph.tensors, task_graph.ops
         self.always = [self.graph.get_operation_by_name(n) for n in task_graph.always]
@@ -446,6 +450,22 @@ class TaskStep:
         return original_do_run(self.session, None, ops, [g.get_tensor_by_name(n) for n in fetches], feed, options,
                                run_metadata)
 
+    def read_variables(self, copies: Mapping[str, Sequence[str]], kinds: Mapping[str, str],
+                       dtypes: Mapping[str, str]) -> dict[str, np.ndarray]:
+        """This task's own copy of each variable (`copies`: original name -> compiled copies), read
+        through its own session: no collective and no other task, so it works after a peer was lost.
+        CompileError naming a variable with no copy on this task."""
+        from tag_tf.runtime.variables import VariableIO
+
+        mine = {}
+        for var, names in copies.items():
+            here = [n for n in names if n in self._feedable]
+            if not here:
+                raise CompileError(f"elastic: variable {var!r} has no copy on task {self.task}, so its value "
+                                   f"cannot be restored from this task")
+            mine[var] = here[:1]
+        return VariableIO(self.graph, mine, kinds, dtypes).read(self.session)
+
     def close(self) -> None:
         from tag_tf.runtime.sessions import close_within
 
@@ -461,6 +481,15 @@ class _Resolved:
     ops: tuple[object, ...]             # tf.Operation per op name
     tensors: tuple[object, ...]         # tf.Tensor per unique name
     fed: tuple[tuple[str, tuple[str, ...], tuple[object, ...]], ...]   # (original, compiled names, their refs)
+
+
+def lost_task_errors() -> tuple[type[Exception], ...]:
+    """What a step reports when a peer task went away (a reset, a deadline, or a collective aborted
+    by another's failure on the same server); `Runner.recover` checks that a task really was lost."""
+    import tensorflow as tf
+
+    return (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
+            tf.errors.CancelledError, tf.errors.InternalError, tf.errors.FailedPreconditionError)
 
 
 # Run signatures a Runner keeps resolved: a program that fetches ever other lists (a loop naming a
@@ -482,6 +511,23 @@ class Runner:
         self.session = session
         self.step = step
         self._resolved: dict[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], _Resolved] = {}
+        # Elastic runs (`frontend.elastic`): what to do when a step loses a task (None: name it and
+        # stop), the training steps this runner completed and the last one's (targets, fetches, feeds).
+        self.recover: Callable[[Runner, Exception], None] | None = None
+        self.completed = 0
+        self.last: tuple[Sequence[str], Sequence[str], Feeds] | None = None
+        self.current: tuple[Sequence[str], Sequence[str], Feeds] | None = None
+
+    def replace(self, program: Program, session: tf.compat.v1.Session, step: TaskStep | None) -> None:
+        """Run on `program` from now on (an elastic run's next generation); the old sessions are
+        left to close in the background (their cluster has lost a task)."""
+        from tag_tf.runtime.sessions import close_later
+
+        old = [self.session.close, *([self.step.session.close] if self.step is not None else [])]
+        self.program, self.session, self.step = program, session, step
+        self._resolved.clear()
+        for close in old:
+            close_later(close)
 
     def _resolve(self, targets: Sequence[str], fetches: Sequence[str], feeds: Feeds) -> _Resolved:
         key = (tuple(targets), tuple(fetches), tuple(feeds))
@@ -517,8 +563,18 @@ class Runner:
             if training and self.step is not None:
                 if not self.step.batch_checked:
                     self.step.check_same_batch({n: v for n, v in feeds.items() if n in p.batch_inputs})
-                values = self.step.run(list(r.op_names), list(r.unique),
-                                       {c: feeds[n] for n, compiled, _ in r.fed for c in compiled}, options, run_metadata)
+                self.current = (targets, fetches, feeds)
+                try:
+                    values = self.step.run(list(r.op_names), list(r.unique),
+                                           {c: feeds[n] for n, compiled, _ in r.fed for c in compiled}, options,
+                                           run_metadata)
+                except tf.errors.OpError as e:
+                    if self.recover is None or not isinstance(e, lost_task_errors()):
+                        raise
+                    self.recover(self, e)          # a new generation: run this step again on it
+                    return self.run(targets, fetches, feeds, options, run_metadata, training)
+                self.completed += 1
+                self.last = (targets, fetches, feeds)
             else:
                 feed = {ref: feeds[n] for n, _, refs in r.fed for ref in refs}
                 values = original_do_run(self.session, None, list(r.ops), list(r.tensors), feed, options, run_metadata)

@@ -30,8 +30,9 @@ log = logging.getLogger("tag_tf.distribute")
 class ClusterTasks:
     """This task's side of a TF_CONFIG cluster, for one `tag_tf.distribute` context."""
 
-    def __init__(self, role: Role):
+    def __init__(self, role: Role, elastic: bool = False):
         self.role = role
+        self.elastic = elastic                 # steps are atomic (`compiler.atomic`): a lost task can be restored
         self.server: Server | None = None      # this task's TensorFlow server, once joined
         self._pending: list[PlanMessage] = []      # plans the chief sent that no graph has used yet
 
@@ -103,7 +104,7 @@ class ClusterTasks:
                                    f"chief elsewhere ({'ended' if message is None else message.mode}); every "
                                    f"task must open the same sessions in the same order")
         program.task_sessions += 1
-        step = task_step(program, role.task, target, user_config)
+        step = task_step(program, role.task, target, user_config, self.elastic)
         roles.tell_chief(role, roles.READY_QUEUE)
         log.info("tag_tf: task %d drives its own part of each step (between-graph)", role.task)
         return step
@@ -115,7 +116,7 @@ class ClusterTasks:
         if program.between is None:
             step = self.decide(program, target, user_config)
         elif program.between:
-            step = task_step(program, self.role.task, target, user_config)
+            step = task_step(program, self.role.task, target, user_config, self.elastic)
             roles.send_plan(self.role, PlanMessage.loaded(program.ir.fingerprint))
         else:
             return None
@@ -164,7 +165,7 @@ class ClusterTasks:
         if os.environ.get("TAG_TF_BETWEEN_GRAPH", "1") == "0":
             return "TAG_TF_BETWEEN_GRAPH=0", None
         try:
-            return "", task_step(program, self.role.task, target, user_config)
+            return "", task_step(program, self.role.task, target, user_config, self.elastic)
         except NotLocal as e:
             return str(e), None
 
@@ -174,7 +175,7 @@ class ClusterTasks:
             roles.abandon_serving(self.role)
 
 
-def task_step(program: Program, task: int, target: Target, user_config: object) -> TaskStep:
+def task_step(program: Program, task: int, target: Target, user_config: object, atomic: bool = False) -> TaskStep:
     """Task `task`'s own part of every training step (NotLocal when the plan has edges between
     tasks that only a single driver can run)."""
     from tag_tf.compiler.compile import instance_key_base
@@ -191,7 +192,7 @@ def task_step(program: Program, task: int, target: Target, user_config: object) 
         log.info("tag_tf: %d whole-batch fetch(es) summed over the tasks ride the gradients' all-reduce",
                  len(parts[task].riding))
     return TaskStep(parts[task], lambda graph: target.task_session(graph, task, user_config,
-                                                                   as_written=program.as_written))
+                                                                   as_written=program.as_written), atomic)
 
 
 __all__ = ["ClusterTasks", "task_step"]

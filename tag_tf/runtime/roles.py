@@ -164,6 +164,9 @@ _SERVING_AT_EXIT: dict[tuple[tuple[str, ...], int], bool] = {}
 _BETWEEN_GRAPH: set[tuple[str, ...]] = set()
 _TOKEN_SENDERS: dict[tuple[tuple[str, ...], int, str], tuple[Session, Operation]] = {}
 _PLAN_SENDERS: dict[tuple[str, ...], tuple[Session, Tensor, dict[int, Operation]]] = {}
+# Generations an elastic run has replaced (their servers' collectives failed): their exit duties
+# passed to the next generation's role.
+_SUPERSEDED: set[tuple[str, ...]] = set()
 
 
 def chief_drives(role: Role) -> bool:
@@ -221,7 +224,17 @@ def join(role: Role) -> Server:
     return _JOINED[key]
 
 
+def supersede(old: Role) -> None:
+    """An elastic run's next generation replaces `old` (`frontend.elastic`): the chief no longer ends
+    the old generation's run at exit, and this task no longer serves it (the next generation's
+    `join` and `serve_at_exit` take both over)."""
+    _SUPERSEDED.add(old.spec.tasks)
+    abandon_serving(old)
+
+
 def _end_at_exit(role: Role) -> None:
+    if role.spec.tasks in _SUPERSEDED:
+        return
     if role.spec.tasks in _BETWEEN_GRAPH:
         # Tasks driving their own steps may still read the chief's variables as their scripts end.
         try:
@@ -440,5 +453,5 @@ def end_run(role: Role) -> list[int]:
 
 
 __all__ = ["Role", "abandon_serving", "chief_drives", "end_run", "join", "serve_at_exit", "serves_at_exit",
-           "set_between_graph", "set_chief_drives", "tell_chief", "wait_for_tokens", "wait_for_tasks", "from_cluster_dict", "from_resolver", "from_tf_config", "is_resolver",
+           "set_between_graph", "set_chief_drives", "supersede", "tell_chief", "wait_for_tokens", "wait_for_tasks", "from_cluster_dict", "from_resolver", "from_tf_config", "is_resolver",
            "send_plan", "serve_until_done", "start_server", "wait_for_plan"]

@@ -96,3 +96,16 @@ def close_within(close: Callable[[], object], what: str, deadline_s: float = CLO
     if errors:
         raise errors[0]
     return True
+
+
+def close_later(close: Callable[[], object]) -> None:
+    """Call `close` in a daemon thread and do not wait: a session of a cluster that lost a task
+    (an elastic run's previous generation) may never finish closing."""
+    def run() -> None:
+        try:
+            close()
+        except Exception:                # noqa: BLE001 (nobody waits for it: a generation left behind)
+            log.debug("tag_tf: closing a previous generation's session failed", exc_info=True)
+
+    threading.Thread(target=run, name="tag_tf close later", daemon=True).start()
+

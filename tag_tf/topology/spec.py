@@ -480,3 +480,17 @@ def _span(ids: Sequence[int]) -> str:
     if ids == list(range(ids[0], ids[-1] + 1)):
         return str(ids[0]) if len(ids) == 1 else f"{ids[0]}-{ids[-1]}"
     return ",".join(map(str, ids))
+
+
+def restrict(topo: Topology, machines: Sequence[int]) -> Topology:
+    """`topo` with only `machines` (indices, in the order given: machine i of the result is
+    `machines[i]`), their links and speeds as measured; the cluster an elastic run goes on with."""
+    keep = list(machines)
+    if not keep or len(set(keep)) != len(keep) or not all(0 <= m < topo.num_machines for m in keep):
+        raise TopologyError(f"restrict: machines {keep} are not distinct machines of {topo.name!r} "
+                            f"(0..{topo.num_machines - 1})")
+    bw = topo.inter_bandwidth
+    if isinstance(bw, tuple):
+        bw = tuple(tuple(bw[a][b] for b in keep) for a in keep)
+    name = topo.name if keep == list(range(topo.num_machines)) else f"{topo.name}[{','.join(map(str, keep))}]"
+    return dataclasses.replace(topo, name=name, machines=tuple(topo.machines[m] for m in keep), inter_bandwidth=bw)
