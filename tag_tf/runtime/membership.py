@@ -25,7 +25,7 @@ import json
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -136,7 +136,7 @@ class Membership:
         # task its filters name, and the graph is complete (later runs never extend it).
         self._run("reach the chief", self._reports[1])
 
-    def _run(self, what: str, fetches: object, feed: dict | None = None) -> Any:
+    def _run(self, what: str, fetches: object, feed: dict | None = None) -> object:
         import tensorflow as tf
 
         try:
@@ -158,7 +158,7 @@ class Membership:
         while True:
             try:
                 if self._run(what, size):
-                    return bytes(self._run(what, dequeue))
+                    return cast(bytes, self._run(what, dequeue))
             except ClusterError:
                 if not chief.unreachable(timeout_s=0.5):
                     raise
@@ -195,7 +195,7 @@ class Membership:
         deadline = time.monotonic() + deadline_s
         while waiting and time.monotonic() < deadline:
             while self._run("read the survivors' reports", self._reports[1]):
-                report = Report.from_json(self._run("read a report", self._reports[0]).decode())
+                report = Report.from_json(cast(bytes, self._run("read a report", self._reports[0])).decode())
                 if report.generation == generation and report.task in waiting:
                     got[report.task] = report
                     waiting.discard(report.task)
