@@ -151,50 +151,89 @@ class Emulation:
         return p
 
     def run_everywhere(self, argv: Sequence[str], *, timeout_s: float, env: dict[str, str] | None = None,
-                       out: Callable[[str], None] = print) -> int:
+                       out: Callable[[str], None] = print, keep_going: bool = False,
+                       restart_after_s: float | None = None) -> int:
         """`argv` on every host at once, each line of output prefixed with its host's name. Returns
-        0 when every host's command succeeded; the first failure's exit code otherwise (the other
-        hosts are stopped: they would wait for the failed one until their own deadlines); 124 when
-        `timeout_s` passed first."""
-        procs = [self.spawn(i, argv, env=env) for i in range(len(self.cluster.hosts))]
+        0 when every host's command succeeded; the first failure's exit code otherwise; 124 when
+        `timeout_s` passed first. By default a failed host stops the others (they would wait for it
+        until their own deadlines). With `keep_going` (elastic runs) the others run on, and every
+        host's exit code is reported at the end; `restart_after_s` (implies `keep_going`) starts a
+        failed host's command again, once, that many seconds after it ended (a machine that comes
+        back, with its TF_CONFIG)."""
+        keep_going = keep_going or restart_after_s is not None
         names = [h.name for h in self.cluster.hosts]
         width = max(len(n) for n in names)
         lock = threading.Lock()
+        threads: list[threading.Thread] = []
 
-        def pump(k: int) -> None:
-            stream = procs[k].stdout
+        def start(k: int) -> subprocess.Popen:
+            p = self.spawn(k, argv, env=env)
+            stream = p.stdout
             assert stream is not None
-            for line in stream:
-                with lock:
-                    out(f"[{names[k]:<{width}}] {line.rstrip()}")
 
-        threads = [threading.Thread(target=pump, args=(k,), daemon=True) for k in range(len(procs))]
-        for t in threads:
-            t.start()
+            def pump() -> None:
+                for line in stream:
+                    with lock:
+                        out(f"[{names[k]:<{width}}] {line.rstrip()}")
+            threads.append(threading.Thread(target=pump, daemon=True))
+            threads[-1].start()
+            return p
+
+        procs = [start(i) for i in range(len(names))]
+        history: list[list[int]] = [[] for _ in names]      # exit codes of commands that ended, per host
+        restart_at: dict[int, float] = {}
         deadline = time.monotonic() + timeout_s
         code = 0
         try:
-            while True:
-                codes = [p.poll() for p in procs]
-                failed = [(k, c) for k, c in enumerate(codes) if c is not None and c != 0]
-                if failed:
-                    k, code = failed[0]
-                    out(f"[emulate] host {names[k]} exited with code {code}: stopping the others")
-                    break
-                if all(c == 0 for c in codes):
-                    break
-                if time.monotonic() > deadline:
-                    out(f"[emulate] the command ran past its {timeout_s:.0f} s: stopping every host")
-                    code = 124
-                    break
-                time.sleep(0.05)
+            code = self._supervise(procs, names, history, restart_at, deadline, keep_going, restart_after_s, start,
+                                   out)
         finally:
             for p in procs:
                 if p.poll() is None:
                     _kill_group(p)
             for t in threads:
                 t.join(timeout=2.0)
+        if keep_going:
+            codes = ", ".join(f"{n} {'->'.join(map(str, history[k] or ['killed']))}" for k, n in enumerate(names))
+            out(f"[emulate] exit codes: {codes}")
         return code
+
+    @staticmethod
+    def _supervise(procs: list[subprocess.Popen], names: list[str], history: list[list[int]],
+                   restart_at: dict[int, float], deadline: float, keep_going: bool, restart_after_s: float | None,
+                   start: Callable[[int], subprocess.Popen], out: Callable[[str], None]) -> int:
+        """Wait for the hosts' commands, restarting failed ones where asked (see `run_everywhere`);
+        returns its exit code. `procs[k]` is host k's current command, `history[k]` its ended ones'."""
+        done = [False] * len(procs)
+        while True:
+            now = time.monotonic()
+            for k, p in enumerate(procs):
+                c = None if done[k] else p.poll()
+                if c is None:
+                    continue
+                done[k] = True
+                history[k].append(c)
+                if c == 0:
+                    continue
+                if not keep_going:
+                    out(f"[emulate] host {names[k]} exited with code {c}: stopping the others")
+                    return c
+                if restart_after_s is not None and len(history[k]) == 1:
+                    restart_at[k] = now + restart_after_s
+                    out(f"[emulate] host {names[k]} exited with code {c}: starting it again in {restart_after_s:g} s")
+                else:
+                    out(f"[emulate] host {names[k]} exited with code {c}; the others run on")
+            for k, at in list(restart_at.items()):
+                if now >= at:
+                    del restart_at[k]
+                    procs[k], done[k] = start(k), False
+                    out(f"[emulate] host {names[k]} started again")
+            if all(done) and not restart_at:
+                return next((h[-1] for h in history if h[-1] != 0), 0)
+            if now > deadline:
+                out("[emulate] the command ran past its deadline: stopping every host")
+                return 124
+            time.sleep(0.05)
 
     # -- measuring ----------------------------------------------------------------------------
     def measure(self, seconds_per_link: float = 0.5) -> Measured:

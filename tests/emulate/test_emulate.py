@@ -131,6 +131,35 @@ def test_a_killed_task_stops_the_others_and_nothing_is_left_behind():
 
 
 @needs_root
+def test_keep_going_lets_the_others_run_and_restart_after_starts_a_host_again(tmp_path):
+    """--keep-going: a host killed mid-run does not stop the others, and every host's exit codes are
+    reported; --restart-after: the killed host's command runs again (a second time: it finds its
+    marker and exits 0) while the others still run; nothing is left behind."""
+    cluster = load_cluster({"hosts": [{"name": "a", "cpu": 0.5}, {"name": "b", "cpu": 0.5}, {"name": "c"}]})
+    marker = tmp_path / "b-ran"
+    script = (f'if [ "$TAG_TF_EMULATED_HOST" = b ]; then if [ -e {marker} ]; then echo back; exit 0; fi; '
+              f'touch {marker}; sleep 0.5; kill -9 $$; fi; sleep 3; echo $TAG_TF_EMULATED_HOST done')
+    lines: list[str] = []
+    with Emulation(cluster) as emu:
+        code = emu.run_everywhere(["sh", "-c", script], timeout_s=60, out=lines.append, keep_going=True)
+    assert code == -signal.SIGKILL
+    assert "[emulate] host b exited with code -9; the others run on" in lines
+    assert any(line.endswith("a done") for line in lines) and any(line.endswith("c done") for line in lines)
+    assert lines[-1] == "[emulate] exit codes: a 0, b -9, c 0"
+    _nothing_left(emu.tag)
+    marker.unlink()
+    lines = []
+    with Emulation(cluster) as emu:
+        code = emu.run_everywhere(["sh", "-c", script], timeout_s=60, out=lines.append, restart_after_s=0.5)
+    assert code == 0, lines
+    assert "[emulate] host b exited with code -9: starting it again in 0.5 s" in lines
+    assert lines.index("[emulate] host b started again") < min(i for i, line in enumerate(lines) if line.endswith("done"))
+    assert any(line.endswith("back") for line in lines)
+    assert lines[-1] == "[emulate] exit codes: a 0, b -9->0, c 0"
+    _nothing_left(emu.tag)
+
+
+@needs_root
 @pytest.mark.parametrize("how", ["SIGTERM", "timeout", "SIGKILL"])
 def test_the_launcher_removes_everything_however_it_ends(tmp_path, how):
     """`tag-tf emulate` stopped by SIGTERM or by its timeout removes everything itself; killed by

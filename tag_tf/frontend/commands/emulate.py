@@ -1,8 +1,11 @@
-"""`tag-tf emulate --cluster FILE [--timeout S] [--json FILE] -- COMMAND...`: an emulated
+"""`tag-tf emulate --cluster FILE [--timeout S] [--json FILE] [--keep-going] [--restart-after S] -- COMMAND...`: an emulated
 heterogeneous cluster on this machine (root): every host of FILE a network namespace with its own
 address, its own shaped link to a private bridge and its own CPU quota; COMMAND runs unchanged on
 every host with that host's TF_CONFIG. Each host's measured speed and every link are printed first.
-Everything is removed on exit, Ctrl-C, SIGTERM, timeout or a failed host.
+Everything is removed on exit, Ctrl-C, SIGTERM, timeout or a failed host. With `--keep-going`
+(elastic runs) a host whose command fails does not stop the others, and every host's exit codes are
+reported at the end; `--restart-after S` also starts a failed host's command again, once, S seconds
+after it ended (a machine that comes back, with its TF_CONFIG).
 
 `tag-tf emulate --cleanup`: remove what an emulation killed with SIGKILL left behind."""
 from __future__ import annotations
@@ -25,6 +28,10 @@ def register(subparsers) -> None:
                    help=f"stop every host after S seconds (default {DEFAULT_TIMEOUT_S:.0f}); exit code 124")
     p.add_argument("--no-measure", action="store_true", help="do not measure the hosts and links first")
     p.add_argument("--json", metavar="FILE", help="also write the cluster and its measurements to FILE")
+    p.add_argument("--keep-going", action="store_true",
+                   help="a host whose command fails does not stop the others; report every host's exit codes")
+    p.add_argument("--restart-after", type=float, default=None, metavar="S",
+                   help="start a failed host's command again, once, S seconds after it ended (implies --keep-going)")
     p.add_argument("--cleanup", action="store_true",
                    help="remove namespaces, links and cgroups that emulations no longer running left behind")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND...", help="what every host runs")
@@ -74,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(report, f, indent=1)
-            code = emu.run_everywhere(command, timeout_s=args.timeout, out=lambda line: print(line, flush=True))
+            code = emu.run_everywhere(command, timeout_s=args.timeout, out=lambda line: print(line, flush=True),
+                                      keep_going=args.keep_going, restart_after_s=args.restart_after)
     except (KeyboardInterrupt, _Stopped) as e:
         name = signal.Signals(e.signum).name if isinstance(e, _Stopped) else "SIGINT"
         print(f"[emulate] stopped by {name}: every host stopped, everything removed", file=sys.stderr)
