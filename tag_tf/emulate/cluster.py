@@ -194,7 +194,7 @@ class Emulation:
             for t in threads:
                 t.join(timeout=2.0)
         if keep_going:
-            codes = ", ".join(f"{n} {'->'.join(map(str, history[k] or ['killed']))}" for k, n in enumerate(names))
+            codes = ", ".join(f"{n} {'->'.join(map(str, history[k])) or 'killed'}" for k, n in enumerate(names))
             out(f"[emulate] exit codes: {codes}")
         return code
 
