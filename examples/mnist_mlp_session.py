@@ -64,11 +64,15 @@ def main(args):
         else:
             sess.run(init)
         first = sess.run(global_step)
-        for i in range(first, first + args.steps):
+        print(f"starting at global step {first}", flush=True)
+        last = args.until_step if args.until_step is not None else first + args.steps
+        for i in range(first, last):
             start = (i * args.batch) % len(images)
             feed = {x: images[start:start + args.batch], y: labels[start:start + args.batch]}
             _, loss_value, acc = sess.run([train_op, loss, accuracy], feed_dict=feed)
             print(f"step {i + 1} loss {loss_value:.6f} accuracy {acc:.3f}", flush=True)
+            if args.model_dir and args.save_every and (i + 1) % args.save_every == 0:
+                saver.save(sess, os.path.join(args.model_dir, "model.ckpt"), global_step=global_step)
         if args.model_dir:
             path = saver.save(sess, os.path.join(args.model_dir, "model.ckpt"), global_step=global_step)
             print(f"saved {path}")
@@ -98,6 +102,9 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tiny", action="store_true", help="small sizes (tests)")
     p.add_argument("--model-dir", default=None, help="checkpoints: restore the latest, save at the end")
+    p.add_argument("--save-every", type=int, default=0, metavar="N", help="with --model-dir: also save every N steps")
+    p.add_argument("--until-step", type=int, default=None, metavar="K",
+                   help="train until global step K (instead of --steps more steps)")
     p.add_argument("--strategy", default="auto", help="tag_tf strategy: auto, dp, dp-p or a plan JSON")
     p.add_argument("--plain", action="store_true", default=bool(os.environ.get("TAG_TF_PLAIN")),
                    help="run without tag_tf (also: TAG_TF_PLAIN=1)")

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tensorflow.core.framework.graph_pb2 import GraphDef
 
 BARRIER = "tag/elastic/collectives_done"
+CHANGE_QUEUE = "tag_tf_elastic_change"     # per task: membership changes its chief announced
 
 
 def _source(name: str) -> str:
@@ -66,4 +67,4 @@ def atomic_step(graph_def: GraphDef) -> GraphDef:
     return out
 
 
-__all__ = ["BARRIER", "atomic_step"]
+__all__ = ["BARRIER", "CHANGE_QUEUE", "atomic_step"]

@@ -185,8 +185,8 @@ class Emulation:
         deadline = time.monotonic() + timeout_s
         code = 0
         try:
-            code = self._supervise(procs, names, history, restart_at, deadline, keep_going, restart_after_s, start,
-                                   out)
+            code = self._supervise(procs, names, history, restart_at, (deadline, timeout_s), keep_going,
+                                   restart_after_s, start, out)
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -200,7 +200,8 @@ class Emulation:
 
     @staticmethod
     def _supervise(procs: list[subprocess.Popen], names: list[str], history: list[list[int]],
-                   restart_at: dict[int, float], deadline: float, keep_going: bool, restart_after_s: float | None,
+                   restart_at: dict[int, float], deadline: tuple[float, float], keep_going: bool,
+                   restart_after_s: float | None,
                    start: Callable[[int], subprocess.Popen], out: Callable[[str], None]) -> int:
         """Wait for the hosts' commands, restarting failed ones where asked (see `run_everywhere`);
         returns its exit code. `procs[k]` is host k's current command, `history[k]` its ended ones'."""
@@ -230,8 +231,8 @@ class Emulation:
                     out(f"[emulate] host {names[k]} started again")
             if all(done) and not restart_at:
                 return next((h[-1] for h in history if h[-1] != 0), 0)
-            if now > deadline:
-                out("[emulate] the command ran past its deadline: stopping every host")
+            if now > deadline[0]:
+                out(f"[emulate] the command ran past its {deadline[1]:.0f} s: stopping every host")
                 return 124
             time.sleep(0.05)
 

@@ -170,6 +170,7 @@ class Distribution:
         self._tasks: ClusterTasks | None = None     # in a TF_CONFIG cluster: this task's side of it
         self._elastic: Elastic | None = None        # ... with elastic=True: its membership changes
         self._first: Target | None = None           # ... the first generation's target (machine i = task i)
+        self._welcome: dict[str, np.ndarray] | None = None   # ... came back: the variables to start from
 
     # -- context / decorator -----------------------------------------------------------------------
     def __enter__(self) -> Distribution:
@@ -181,13 +182,16 @@ class Distribution:
         try:
             if target.role is not None:
                 self._tasks = ClusterTasks(target.role, elastic=o.elastic_on)
-                target = self._tasks.join(target)      # a task the chief tells to serve ends here
+                back = self._come_back(target) if o.elastic_on else None
+                target = back or self._tasks.join(target)      # a task the chief tells to serve ends here
             if target.discover:                        # after logging starts: the topology found is reported
                 from tag_tf.context import Options
 
                 target = target.discovered(Options(cache_dir=o.cache_dir).cache_root())
-            if self._tasks is not None and o.elastic_on and self._tasks.server is not None:
-                self._elastic = Elastic(self._tasks.role, self._tasks.server.target, o.fewest_tasks, self._next_generation)
+            if self._tasks is not None and o.elastic_on and self._elastic is None and self._tasks.server is not None:
+                self._elastic = Elastic(self._tasks.role, self._tasks.server.target, o.fewest_tasks,
+                                        self._next_generation, self._judge)
+                self._elastic.topology = target.topology.to_dict()
                 self._first = target
         except BaseException:
             self._stop_logging()
@@ -276,8 +280,12 @@ class Distribution:
                 with self._lock:
                     remember(self._state(run.sess).replay, run.by_name())
             if info.updates and info.restore_prefixes and any(n in info.restores for n in names):
-                return run.on_user_session(readable_restore(run.feeds, info.restore_prefixes))
-            return run.on_user_session()
+                values = run.on_user_session(readable_restore(run.feeds, info.restore_prefixes))
+            else:
+                values = run.on_user_session()
+            if self._welcome is not None:       # a task that came back: the run's values, whatever it restored
+                self._write_welcome(run.sess)
+            return values
         if run.sess.graph in self._fallen_back:
             return run.on_user_session()
         with self._lock:
@@ -394,8 +402,70 @@ class Distribution:
     # -- elastic runs ------------------------------------------------------------------------------
     def _watch(self, runner: Runner) -> None:
         """With elastic=True, a between-graph runner's lost task starts a new generation (`Elastic`)."""
+        self._welcome = None
         if self._elastic is not None and runner.step is not None:
             runner.recover = self._elastic.recover
+            self._elastic.started(runner)
+
+    def _come_back(self, target: Target) -> Target | None:
+        """Under TF_CONFIG with elastic on: where a run is in progress, come back into it (this task
+        was lost and started again); the next generation's target, or None at the run's first start."""
+        from tag_tf.frontend.returns import find_running, rejoin
+        from tag_tf.frontend.target import cluster_target
+        from tag_tf.runtime import roles
+        from tag_tf.topology.parse import topology_from_dict
+
+        role = target.role
+        assert role is not None
+        server = roles.join(role)
+        found = find_running(role, server.target)
+        if found is None:
+            return None
+        decision, self._welcome = rejoin(role, *found)
+        roles.supersede(role)
+        self._elastic = Elastic(role, server.target, self.options.fewest_tasks, self._next_generation, self._judge,
+                                joined=decision)
+        self._elastic.topology = decision.topology
+        if decision.topology is not None:
+            self._first = cluster_target(topology_from_dict(decision.topology), role.spec, role)
+        self._tasks = ClusterTasks(self._elastic.role, elastic=True)
+        return self._tasks.join(target)      # the next generation's: waits for the chief's plan
+
+    def _write_welcome(self, sess: tf.compat.v1.Session) -> None:
+        """The run's values (`_welcome`) into the user's session, through each variable's initializer
+        (no op added to a graph that may be finalized)."""
+        import tensorflow as tf
+
+        assert self._welcome is not None
+        targets, feeds = [], {}
+        for v in sess.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+            value = self._welcome.get(v.op.name)
+            if value is not None:
+                targets.append(v.initializer)
+                feeds[v.initializer.inputs[1]] = value
+        if targets:
+            with bypass():
+                sess.run(targets, feeds)
+
+    def _judge(self, runner: Runner, machines: tuple[int, ...]) -> float:
+        """Simulated seconds per step of this run's strategy planned for first-generation `machines`
+        (nan where the strategy is not a name the planner plans, or planning fails)."""
+        import math
+
+        from tag_tf.frontend.elastic import PLAN_BUDGET_S
+        from tag_tf.frontend.planning import PlanRequest, plan_for, simulator
+        from tag_tf.topology.spec import restrict
+
+        if self._first is None or not isinstance(self.options.strategy, str):
+            return math.nan
+        analysis = runner.program.analysis
+        topology = restrict(self._first.topology, machines)
+        try:
+            planned = plan_for(analysis, topology, PlanRequest(name=self.options.strategy, budget_s=PLAN_BUDGET_S))
+            return float(simulator(analysis, topology).simulate(planned.strategy).iteration_time_s)
+        except Exception:       # noqa: BLE001 (a verdict: unknown, the run goes on as it is)
+            log.debug("tag_tf: elastic: could not judge machines %s", machines, exc_info=True)
+            return math.nan
 
     def _next_generation(self, runner: Runner, role: Role, values: dict[str, np.ndarray] | None,
                          machines: tuple[int, ...]) -> tuple[str, float, dict[str, float]]:
@@ -435,8 +505,6 @@ class Distribution:
             step = tasks.share_plan(program, target, user_config)
         else:
             step = tasks.follow(program, target, user_config)
-        if step is not None:
-            step.batch_checked = True       # checked at the first generation's first step
         runner.replace(program, session, step)
         self._watch(runner)
         phases["restore"] = time.perf_counter() - t

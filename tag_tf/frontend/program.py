@@ -408,6 +408,20 @@ class TaskStep:
         self.batch_checked = False
         import tensorflow as tf
 
+        # Elastic runs: the size of this task's queue of announced membership changes, read once the
+        # step's collectives are done (so an announcement made before the chief's step is seen in it).
+        self.change_pending = False
+        self._change: tf.Tensor | None = None
+        if atomic:
+            from tag_tf.compiler.atomic import BARRIER, CHANGE_QUEUE
+
+            names = {n.name for n in self.graph.as_graph_def().node}
+            with self.graph.as_default(), tf.device(task_graph.cpu):
+                queue = tf.queue.FIFOQueue(16, [tf.string], shapes=[[]], shared_name=CHANGE_QUEUE,
+                                           name="tag/elastic/change")
+                after = [self.graph.get_operation_by_name(BARRIER)] if BARRIER in names else []
+                with tf.control_dependencies(after):
+                    self._change = queue.size()
         with self.graph.as_default(), tf.device(task_graph.cpu):
             self._digest = tf.compat.v1.placeholder(tf.int64, [1], name="tag/batch_check/digest")
             self._digests = tf.raw_ops.CollectiveGatherV2(
@@ -447,8 +461,12 @@ class TaskStep:
         g = self.graph
         feed = {g.get_tensor_by_name(n).ref(): v for n, v in feeds.items() if n.rpartition(":")[0] in self._feedable}
         ops = list(dict.fromkeys([*(g.get_operation_by_name(o) for o in targets), *self.always]))
-        return original_do_run(self.session, None, ops, [g.get_tensor_by_name(n) for n in fetches], feed, options,
-                               run_metadata)
+        tensors = [g.get_tensor_by_name(n) for n in fetches]
+        if self._change is None:
+            return original_do_run(self.session, None, ops, tensors, feed, options, run_metadata)
+        values = original_do_run(self.session, None, ops, [*tensors, self._change], feed, options, run_metadata)
+        self.change_pending = bool(values[-1])
+        return values[:-1]
 
     def read_variables(self, copies: Mapping[str, Sequence[str]], kinds: Mapping[str, str],
                        dtypes: Mapping[str, str]) -> dict[str, np.ndarray]:
@@ -513,7 +531,8 @@ class Runner:
         self._resolved: dict[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], _Resolved] = {}
         # Elastic runs (`frontend.elastic`): what to do when a step loses a task (None: name it and
         # stop), the training steps this runner completed and the last one's (targets, fetches, feeds).
-        self.recover: Callable[[Runner, Exception], None] | None = None
+        self.recover: Callable[[Runner, Exception | None], None] | None = None
+        self.before_step: Callable[[Runner], None] | None = None     # the chief: announce a change
         self.completed = 0
         self.last: tuple[Sequence[str], Sequence[str], Feeds] | None = None
         self.current: tuple[Sequence[str], Sequence[str], Feeds] | None = None
@@ -561,20 +580,7 @@ class Runner:
             p.check_batch(name, value)
         try:
             if training and self.step is not None:
-                if not self.step.batch_checked:
-                    self.step.check_same_batch({n: v for n, v in feeds.items() if n in p.batch_inputs})
-                self.current = (targets, fetches, feeds)
-                try:
-                    values = self.step.run(list(r.op_names), list(r.unique),
-                                           {c: feeds[n] for n, compiled, _ in r.fed for c in compiled}, options,
-                                           run_metadata)
-                except tf.errors.OpError as e:
-                    if self.recover is None or not isinstance(e, lost_task_errors()):
-                        raise
-                    self.recover(self, e)          # a new generation: run this step again on it
-                    return self.run(targets, fetches, feeds, options, run_metadata, training)
-                self.completed += 1
-                self.last = (targets, fetches, feeds)
+                values = self._train_step(r, targets, fetches, feeds, options, run_metadata)
             else:
                 feed = {ref: feeds[n] for n, _, refs in r.fed for ref in refs}
                 values = original_do_run(self.session, None, list(r.ops), list(r.tensors), feed, options, run_metadata)
@@ -587,6 +593,34 @@ class Runner:
             return list(values)
         by_name = dict(zip(r.unique, values))
         return [by_name[n] for n in r.names]
+
+    def _train_step(self, r: _Resolved, targets: Sequence[str], fetches: Sequence[str], feeds: Feeds, options: object,
+                    run_metadata: object) -> list[object]:
+        """One training step on this task's part (between-graph); in an elastic run, a step that loses
+        a task runs again on the next generation (`recover`), and a change the chief announced is
+        made after the step."""
+        import tensorflow as tf
+
+        assert self.step is not None
+        self.current = (targets, fetches, feeds)
+        if self.before_step is not None:
+            self.before_step(self)
+        try:
+            if not self.step.batch_checked:
+                self.step.check_same_batch({n: v for n, v in feeds.items() if n in self.program.batch_inputs})
+            values = self.step.run(list(r.op_names), list(r.unique),
+                                   {c: feeds[n] for n, compiled, _ in r.fed for c in compiled}, options, run_metadata)
+        except tf.errors.OpError as e:
+            if self.recover is None or not isinstance(e, lost_task_errors()):
+                raise
+            self.recover(self, e)          # a new generation: run this step again on it (names resolved anew)
+            return self._train_step(self._resolve(targets, fetches, feeds), targets, fetches, feeds, options,
+                                    run_metadata)
+        self.completed += 1
+        self.last = (targets, fetches, feeds)
+        if self.step.change_pending and self.recover is not None:
+            self.recover(self, None)       # the chief announced a change after this step
+        return values
 
     def close(self) -> None:
         from tag_tf.runtime.sessions import close_within

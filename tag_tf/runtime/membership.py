@@ -2,20 +2,21 @@
 
 A membership change needs a new generation of servers (a server whose collectives failed fails every
 later one, and cannot be stopped), so the survivors must agree on who is left, where each one's new
-server listens, and from which step they go on. They agree through queues on the chief's first
-server, the one at its `TF_CONFIG` address: it lives as long as the chief's process, and every task
-knows where it is. Every message is sent by the task that has something to say (a non-chief's
-session on its own first server, filtered to the chief and itself), so nothing ever waits for a task
-that died.
+server listens, and from which step they go on. They agree through queues on the first server (the
+one at its `TF_CONFIG` address, alive as long as its process) of the first surviving task, the
+anchor: the chief while it lives, else the next task, which becomes the chief. Every task knows
+where those servers are. Every message is sent by the task that has something to say (a session on
+its own first server, filtered to the anchor and itself, opened at the start while every task
+answers), so nothing ever waits for a task that died.
 
-- every survivor puts a `Report` on the chief's report queue: its generation, the steps it
+- every survivor puts a `Report` on the anchor's report queue: its generation, the steps it
   completed, the address of its next server;
-- the chief gathers the reports of every task still reachable (a task that does not report within
+- the anchor gathers the reports of every task still reachable (a task that does not report within
   the deadline is lost too), decides (`Decision`: members, their addresses, the step to resume from
   and whose copy of the variables holds it; or why the run stops) and puts it on each member's
   decision queue;
-- where the chief is a step ahead of the survivor holding the state to resume from, that survivor
-  sends its variables (`push_state` / `pull_state`).
+- where the anchor is a step ahead of the survivor holding the state to resume from, that survivor
+  sends it its variables (`push_state` / `pull_state`).
 """
 from __future__ import annotations
 
@@ -37,7 +38,11 @@ if TYPE_CHECKING:
 REPORTS = "tag_tf_elastic_reports"
 DECISION = "tag_tf_elastic_decision_{task}"
 STATE = "tag_tf_elastic_state"
+HELLO = "tag_tf_elastic_hello"             # a task that came back announces itself
+RUNNING = "tag_tf_elastic_running"         # non-empty on the anchor of a run in progress
+WELCOME = "tag_tf_elastic_welcome_{task}"  # the variables a task that came back starts from
 POLL_S = 0.02
+RETRY_S = 3.0                 # a call the gRPC channel failed is tried again this long
 CHIEF_GRACE_S = 10.0          # how long a survivor waits for an unreachable chief's decision
 REPORT_DEADLINE_S = 30.0      # how long the chief waits for a reachable task's report
 
@@ -66,6 +71,7 @@ class Decision:
     source: int = 0                     # the member whose copy holds that step
     lost: tuple[int, ...] = ()          # first-generation tasks lost in this change
     stop: str = ""                      # non-empty: the run cannot go on, and why
+    topology: dict | None = None        # the first generation's topology (for a task that comes back)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -128,6 +134,14 @@ class Membership:
             self._decision = (mine.dequeue(), mine.size())
             state = queue(STATE)
             self._push, self._state = state.enqueue(self._text), (state.dequeue(), state.size())
+            hello = queue(HELLO)
+            self._hello, self._hellos = hello.enqueue(self._text), (hello.dequeue(), hello.size())
+            running = queue(RUNNING)
+            self._mark, self._running = running.enqueue(self._text), running.size()
+            self._welcome = {t: queue(WELCOME.format(task=t)).enqueue(self._text) for t in range(len(spec.tasks))
+                             if t != chief}
+            mine = queue(WELCOME.format(task=me))
+            self._welcomed = (mine.dequeue(), mine.size())
         config = spec.session_config(timeout_ms=10_000, device_filters=[
             f"/job:{spec.job}/task:{t}" for t in dict.fromkeys((chief, me))])
         self.session = tf.compat.v1.Session(server_target, graph=self.graph, config=config)
@@ -137,14 +151,24 @@ class Membership:
         self._run("reach the chief", self._reports[1])
 
     def _run(self, what: str, fetches: object, feed: dict | None = None) -> object:
+        """`fetches` on the anchor's queues; a connection that fails is tried again for RETRY_S (gRPC
+        may fail a call on a channel it is still connecting) before the anchor is named."""
         import tensorflow as tf
 
-        try:
-            return self.session.run(fetches, feed)
-        except tf.errors.OpError as e:
+        deadline = time.monotonic() + RETRY_S
+        while True:
+            try:
+                return self.session.run(fetches, feed)
+            except tf.errors.UnavailableError as e:
+                if time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
+                error: tf.errors.OpError = e
+            except tf.errors.OpError as e:
+                error = e
             chief = self.anchor.spec.tasks[self.anchor.chief]
             raise ClusterError(f"elastic: could not {what} (the chief, task {self.anchor.chief} at {chief}): "
-                               f"{type(e).__name__}: {tf_reason(e)}") from None
+                               f"{type(error).__name__}: {tf_reason(error)}") from None
 
     def _poll(self, take: tuple[object, object], what: str, deadline_s: float) -> bytes:
         """The next element of a queue on the chief (dequeued only once it is there); ClusterError once
@@ -185,7 +209,32 @@ class Membership:
     def push_state(self, values: Mapping[str, np.ndarray]) -> None:
         self._run("send the chief the variables", self._push, {self._text: encode_values(values)})
 
+    # -- a task that came back ---------------------------------------------------------------------
+    def running(self) -> bool:
+        """Whether the anchor holds a run in progress (this task then comes back into it)."""
+        return bool(self._run("ask whether a run is in progress", self._running))
+
+    def hello(self, report: Report) -> None:
+        self._run("announce this task", self._hello, {self._text: report.to_json()})
+
+    def welcomed(self, deadline_s: float) -> dict[str, np.ndarray]:
+        return decode_values(self._poll(self._welcomed, "receive the variables to start from", deadline_s))
+
     # -- the chief --------------------------------------------------------------------------------
+    def mark_running(self) -> None:
+        if not self.running():
+            self._run("mark the run in progress", self._mark, {self._text: "1"})
+
+    def hellos(self) -> list[Report]:
+        """Announcements of tasks that came back, each taken once."""
+        out = []
+        while self._run("read the announcements", self._hellos[1]):
+            out.append(Report.from_json(cast(bytes, self._run("read an announcement", self._hellos[0])).decode()))
+        return out
+
+    def welcome(self, task: int, values: Mapping[str, np.ndarray]) -> None:
+        self._run(f"send task {task} the variables", self._welcome[task], {self._text: encode_values(values)})
+
     def gather(self, generation: int, expected: Sequence[int], alive: Callable[[int], bool],
                deadline_s: float = REPORT_DEADLINE_S
                ) -> dict[int, Report]:

@@ -342,6 +342,17 @@ def wait_for_plan(role: Role, server: Server) -> tuple[int, PlanMessage | None]:
     return code, None if text is None else PlanMessage.from_json(text)
 
 
+def plan_waiting(role: Role, server_target: str) -> bool:
+    """Whether this task's plan queue holds a message of the chief (on this task's own server)."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        size = _plan_queue(tf, role.task, role.spec.job).size()
+    with tf.compat.v1.Session(server_target, graph=graph, config=_own_session_config(role, 10_000)) as sess:
+        return bool(sess.run(size))
+
+
 def send_plan(role: Role, message: PlanMessage) -> None:
     """From the chief: `message` to every other task's plan queue; ClusterError naming a task that
     cannot be reached."""
@@ -454,4 +465,4 @@ def end_run(role: Role) -> list[int]:
 
 __all__ = ["Role", "abandon_serving", "chief_drives", "end_run", "join", "serve_at_exit", "serves_at_exit",
            "set_between_graph", "set_chief_drives", "supersede", "tell_chief", "wait_for_tokens", "wait_for_tasks", "from_cluster_dict", "from_resolver", "from_tf_config", "is_resolver",
-           "send_plan", "serve_until_done", "start_server", "wait_for_plan"]
+           "plan_waiting", "send_plan", "serve_until_done", "start_server", "wait_for_plan"]
