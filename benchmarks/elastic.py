@@ -8,7 +8,9 @@ at full size) unchanged with its TF_CONFIG, side by side in one run per cluster:
                KILL_AT: the recovery (kill to the next step the chief completes), each phase as the
                chief logged it, steps lost (a step printed twice or never), the step time before the
                loss and after it (medians of the chief's step intervals), to step K; `--repeats`
-               runs of it give the recovery's median
+               runs of it give the recovery's median. In the first, the killed host's command starts
+               again (its TF_CONFIG) once the others go on: the step it came back at, and the step
+               time after its return
   fresh        a fresh run of the same strategy on the surviving hosts alone (their own TF_CONFIG):
                its step time, and its time from launch to its first step (what a relaunch costs)
   restart-N    today's path without elastic: checkpoints every N steps (N = 50, 200), the same
@@ -21,7 +23,7 @@ The total time to reach step K is wall-clock from the first launch to the chief'
 for elastic and for each restart-N.
 
 Usage (root): python benchmarks/elastic.py [--clusters three,four] [--strategy auto] [--repeats 5]
-                  [--steps 300] [--kill-at 100] [--batch 4096] [--quick]
+                  [--steps 600] [--kill-at 125] [--batch 4096] [--quick]
 
 At batch 4096 the MLP's step is long enough that `auto` spreads it over the hosts (at 512 and below it
 keeps it on the fastest host, and a lost host would not matter).
@@ -59,6 +61,7 @@ TIMEOUT_S = 600
 BEGIN, END = "<!-- elastic:begin -->", "<!-- elastic:end -->"
 STEP = re.compile(r"^step (\d+) loss ")
 PHASES = re.compile(r"tag_tf: elastic: lost task\(s\) .*; (detect .*)$")
+JOINED = re.compile(r"tag_tf: elastic: task\(s\) \S+ came back; generation \d+ goes on with \d+ task\(s\) from step (\d+)")
 
 
 class Host:
@@ -116,12 +119,12 @@ def tf_config(cluster, hosts: list[int]) -> list[str]:
 
 
 def launch(emu, hosts: list[int], args: argparse.Namespace, cache: str, model_dir: str, *, elastic: bool,
-           extra: tuple[str, ...] = ()) -> list[Host]:
+           extra: tuple[str, ...] = (), configs: list[str] | None = None) -> list[Host]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TAG_TF_CACHE_DIR=cache, TAG_TF_ELASTIC="1" if elastic else "0",
                PYTHONUNBUFFERED="1")
     argv = [sys.executable, SCRIPT, "--batch", str(args.batch), "--strategy", args.strategy, "--model-dir", model_dir,
             "--until-step", str(args.steps), *extra]
-    return [Host(emu, i, argv, env, cfg) for i, cfg in zip(hosts, tf_config(emu.cluster, hosts))]
+    return [Host(emu, i, argv, env, cfg) for i, cfg in zip(hosts, configs or tf_config(emu.cluster, hosts))]
 
 
 def wait_for_step(host: Host, step: int, deadline_s: float = TIMEOUT_S) -> float:
@@ -140,8 +143,19 @@ def intervals_ms(times: dict[int, float], first: int, last: int) -> float | None
     return statistics.median(gaps) if gaps else None
 
 
-def run_elastic(emu, args: argparse.Namespace, cache: str) -> dict:
-    """One elastic run on every host, the last one SIGKILLed after the chief's step KILL_AT."""
+def _line_after(host: Host, pattern: re.Pattern, after: float, deadline_s: float = TIMEOUT_S) -> tuple[float, str]:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline and host.proc.poll() is None:
+        for t, line in list(host.lines):
+            if t > after and pattern.search(line):
+                return t, line
+        time.sleep(0.01)
+    raise RuntimeError(f"no {pattern.pattern!r} from the chief: {host.tail()}")
+
+
+def run_elastic(emu, args: argparse.Namespace, cache: str, come_back: bool) -> dict:
+    """One elastic run on every host, the last one SIGKILLed after the chief's step KILL_AT and, with
+    `come_back`, its command started again (its TF_CONFIG) once the others go on."""
     n = len(emu.cluster.hosts)
     with tempfile.TemporaryDirectory() as model_dir:
         hosts = launch(emu, list(range(n)), args, cache, model_dir, elastic=True)
@@ -149,21 +163,31 @@ def run_elastic(emu, args: argparse.Namespace, cache: str) -> dict:
         wait_for_step(chief, args.kill_at)
         killed = time.monotonic()
         hosts[-1].kill()
-        codes = [h.wait() for h in hosts]
+        back = None
+        if come_back:
+            _line_after(chief, PHASES, killed)
+            back = launch(emu, [n - 1], args, cache, model_dir, elastic=True, configs=[tf_config(emu.cluster,
+                                                                                           list(range(n)))[-1]])[0]
+        codes = [h.wait() for h in [*hosts, *([back] if back else [])]]
     times = chief.step_times()
     after = [s for s, t in times.items() if t > killed]
     first_after = min(after) if after else None
     phases = next((m.group(1) for _, line in chief.lines if (m := PHASES.search(line))), None)
+    joined = next((int(m.group(1)) for _, line in chief.lines if (m := JOINED.search(line))), None)
     printed = chief.steps_printed()
     k = args.kill_at
+    end = joined - 1 if joined else args.steps
     return {
         "codes": codes, "recovery_s": None if first_after is None else times[first_after] - killed,
         "phases": _phases(phases), "steps_lost": len(set(range(1, args.steps + 1)) - set(printed)),
         "steps_twice": len(printed) - len(set(printed)),
         "before_ms": intervals_ms(times, max(2, k - 50), k),
-        "after_ms": intervals_ms(times, min(args.steps, (first_after or k) + 20), args.steps),
+        "after_ms": intervals_ms(times, min(end, (first_after or k) + 20), end),
+        "came_back_at": joined,
+        "returned_ms": intervals_ms(times, joined + 20, args.steps) if joined else None,
+        "back_steps": None if back is None else len(back.steps_printed()),
         "total_s": (times[args.steps] - chief.start) if args.steps in times else None,
-        "log": [line for _, line in chief.lines if "tag_tf:" in line][-6:],
+        "log": [line for _, line in chief.lines if "tag_tf:" in line][-8:],
     }
 
 
@@ -218,9 +242,10 @@ def measure_cluster(name: str, args: argparse.Namespace) -> dict:
         run_fresh(emu, args, cache, list(range(n)), elastic=True)
         out["elastic"] = []
         for r in range(args.repeats):
-            row = run_elastic(emu, args, cache)
+            row = run_elastic(emu, args, cache, come_back=r == 0)
             print(f"[{name}] elastic {r + 1}/{args.repeats}: recovery {row['recovery_s']}, phases {row['phases']}, "
-                  f"before {row['before_ms']} ms, after {row['after_ms']} ms", flush=True)
+                  f"before {row['before_ms']} ms, after {row['after_ms']} ms, came back at {row['came_back_at']}: "
+                  f"{row['returned_ms']} ms", flush=True)
             out["elastic"].append(row)
         out["fresh"] = run_fresh(emu, args, cache, list(range(n - 1)))
         print(f"[{name}] fresh on the survivors: {out['fresh']}", flush=True)
@@ -253,6 +278,8 @@ def summary(c: dict) -> dict:
         "phases_median_s": {k: statistics.median(v) for k, v in phases.items()},
         "steps_lost": sum(r["steps_lost"] for r in c["elastic"]), "steps_twice": sum(r["steps_twice"] for r in c["elastic"]),
         "before_ms": statistics.median(before) if before else None,
+        "came_back_at": next((r["came_back_at"] for r in c["elastic"] if r.get("came_back_at")), None),
+        "returned_ms": next((r["returned_ms"] for r in c["elastic"] if r.get("returned_ms")), None),
         "after_ms": statistics.median(after) if after else None, "fresh_ms": c["fresh"]["step_ms"],
         "elastic_total_s": statistics.median(totals) if totals else None,
         "restart_total_s": {k: v["total_s"] for k, v in c["restart"].items()},
@@ -271,17 +298,20 @@ def render(data: dict) -> str:
              f"`{data['strategy']}`, the README example's MLP at batch {data['batch']}, {data['steps']} steps, the last "
              f"host SIGKILLed after step {data['kill_at']}).", ""]
     lines.append("| cluster | recovery (median) | phases (median) | steps lost / twice | step before | after | fresh on "
-                 "survivors | after / fresh | to step K: elastic | restart N=50 | N=200 | elastic vs not, per step |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+                 "survivors | after / fresh | back at step: step | back / before | to step K: elastic | restart "
+                 "N=50 | N=200 | elastic vs not, per step |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, c in data["clusters"].items():
         s = c["summary"]
         phases = ", ".join(f"{k} {v:.2f}" for k, v in s["phases_median_s"].items() if k != "total")
         ratio = (s["after_ms"] / s["fresh_ms"]) if s["after_ms"] and s["fresh_ms"] else None
         cost = (s["cost_elastic_ms"] / s["cost_plain_ms"]) if s["cost_elastic_ms"] and s["cost_plain_ms"] else None
+        back = (s["returned_ms"] / s["before_ms"]) if s.get("returned_ms") and s["before_ms"] else None
         lines.append(
             f"| {name} ({len(c['hosts'])} hosts) | {_f(s['recovery_median_s'], '{:.2f} s')} over {s['recoveries']} | "
             f"{phases} s | {s['steps_lost']} / {s['steps_twice']} | {_f(s['before_ms'])} ms | {_f(s['after_ms'])} ms | "
-            f"{_f(s['fresh_ms'])} ms | {_f(ratio, '{:.2f}x')} | {_f(s['elastic_total_s'])} s | "
+            f"{_f(s['fresh_ms'])} ms | {_f(ratio, '{:.2f}x')} | {s.get('came_back_at') or 'n/a'}: "
+            f"{_f(s.get('returned_ms'))} ms | {_f(back, '{:.2f}x')} | {_f(s['elastic_total_s'])} s | "
             f"{_f(s['restart_total_s'].get('50'))} s | {_f(s['restart_total_s'].get('200'))} s | "
             f"{_f(s['cost_elastic_ms'], '{:.2f}')} / {_f(s['cost_plain_ms'], '{:.2f}')} ms ({_f(cost, '{:.3f}x')}) |")
     lines += ["", "Recovery is from the kill to the chief's next completed step; the phases are those the chief "
@@ -289,7 +319,9 @@ def render(data: dict) -> str:
               "chief's decision; state: the variables of the step resumed from; servers: the next generation's; "
               "plan+compile; restore: loading every copy and the tasks' parts). After the loss the survivors run "
               "the chief's plan for them; 'fresh on survivors' is a new run of the same strategy on those hosts "
-              "alone. Restart-N: checkpoints every N steps, every task stops naming the lost host, the survivors "
+              "alone. 'Back at step': the first run's killed host, started again once the others went on, came "
+              "back at that step (its process started under its host's CPU quota), and the step time after. "
+              "Restart-N: checkpoints every N steps, every task stops naming the lost host, the survivors "
               "are relaunched and resume from the last checkpoint. The cost column: elastic and not on all hosts, "
               "no loss, interleaved runs (medians of the step intervals).", ""]
     return "\n".join(lines)
@@ -301,17 +333,17 @@ def main() -> None:
     ap.add_argument("--strategy", default="auto")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--cost-rounds", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--kill-at", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--kill-at", type=int, default=125)
     ap.add_argument("--batch", type=int, default=4096)
-    ap.add_argument("--quick", action="store_true", help="three hosts, one repeat, 60 steps, kill at 20")
+    ap.add_argument("--quick", action="store_true", help="three hosts, one repeat, 400 steps, kill at 30")
     ap.add_argument("--out")
     ap.add_argument("--markdown", default=os.path.join(ROOT, "benchmarks", "RESULTS.md"))
     args = ap.parse_args()
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda signum, frame: sys.exit(128 + signum))
     if args.quick:
-        args.clusters, args.repeats, args.cost_rounds, args.steps, args.kill_at = "three", 1, 1, 60, 20
+        args.clusters, args.repeats, args.cost_rounds, args.steps, args.kill_at = "three", 1, 1, 400, 30
     data = stamp({"measured": True, "cores": os.cpu_count(), "strategy": args.strategy, "batch": args.batch,
                   "steps": args.steps, "kill_at": args.kill_at, "clusters": {}})
     for name in args.clusters.split(","):

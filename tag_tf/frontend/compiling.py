@@ -164,6 +164,31 @@ def verify(analysis: Analysis, compiled: Compiled, feeds: Mapping[str, np.ndarra
     log.info("tag_tf: verified: max_rel_diff %.3g after %d steps", result.max_rel_diff, VERIFY_STEPS)
 
 
+def judged(analysis: Analysis, target: Target, options: DistributeOptions, budget_s: float) -> float:
+    """The simulated seconds per step of the plan `options.strategy` resolves to on `target`, as
+    `compile_program` would plan it (the plan cache, the profile database's costs, the client's part
+    of a step): an elastic run's verdict on a larger set of machines (nan where it cannot be planned)."""
+    import math
+
+    from tag_tf.context import Options
+    from tag_tf.frontend.planning import client_for, simulator
+
+    root = Options(cache_dir=options.cache_dir).cache_root()
+    costs = stored_costs_for(analysis, target.topology, os.path.join(root, "profiles"))
+    drive = drive_cost(target, analysis)
+    try:
+        plan = resolve_strategy(analysis, target.topology, options.strategy, cache_dir=root, budget_s=budget_s,
+                                calibration=options.calibration,
+                                costs=costs if request_key(options.strategy) in PLANNED else None, sfb=options.sfb,
+                                drive_s=drive)
+    except TagError as e:
+        log.debug("tag_tf: elastic: no plan for %s: %s", target.topology.name, e)
+        return math.nan
+    sim = simulator(analysis, target.topology, options.calibration, costs)
+    client = client_for(analysis, target.topology, drive)
+    return float((sim.with_client(client) if client is not None else sim).simulate(plan.strategy).iteration_time_s)
+
+
 def drive_cost(target: Target, analysis: Analysis) -> float:
     """What a plan needing one driver pays per step and per other task (Target.drive_s), where this
     graph's whole-replica plans could run between-graph; 0 where no plan of it can (every plan pays)."""

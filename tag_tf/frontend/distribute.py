@@ -449,23 +449,21 @@ class Distribution:
 
     def _judge(self, runner: Runner, machines: tuple[int, ...]) -> float:
         """Simulated seconds per step of this run's strategy planned for first-generation `machines`
-        (nan where the strategy is not a name the planner plans, or planning fails)."""
+        as a re-plan would plan it (nan where it cannot be planned)."""
+        import dataclasses
         import math
 
+        from tag_tf.frontend.compiling import judged
         from tag_tf.frontend.elastic import PLAN_BUDGET_S
-        from tag_tf.frontend.planning import PlanRequest, plan_for, simulator
+        from tag_tf.frontend.target import cluster_target
         from tag_tf.topology.spec import restrict
 
-        if self._first is None or not isinstance(self.options.strategy, str):
+        first = self._first
+        if first is None or first.cluster is None:
             return math.nan
-        analysis = runner.program.analysis
-        topology = restrict(self._first.topology, machines)
-        try:
-            planned = plan_for(analysis, topology, PlanRequest(name=self.options.strategy, budget_s=PLAN_BUDGET_S))
-            return float(simulator(analysis, topology).simulate(planned.strategy).iteration_time_s)
-        except Exception:       # noqa: BLE001 (a verdict: unknown, the run goes on as it is)
-            log.debug("tag_tf: elastic: could not judge machines %s", machines, exc_info=True)
-            return math.nan
+        spec = dataclasses.replace(first.cluster, tasks=tuple(first.cluster.tasks[m] for m in machines))
+        target = dataclasses.replace(cluster_target(restrict(first.topology, machines), spec), drive_s=first.drive_s)
+        return judged(runner.program.analysis, target, self.options, PLAN_BUDGET_S)
 
     def _next_generation(self, runner: Runner, role: Role, values: dict[str, np.ndarray] | None,
                          machines: tuple[int, ...]) -> tuple[str, float, dict[str, float]]:
@@ -473,9 +471,11 @@ class Distribution:
         for the first generation's `machines` compiled, the chief's `values` loaded into every copy.
         Returns the plan, its predicted seconds per step and each phase's seconds."""
         import dataclasses
+        import math
         import time
 
-        from tag_tf.frontend.elastic import PLAN_BUDGET_S, predicted_s
+        from tag_tf.frontend.compiling import judged
+        from tag_tf.frontend.elastic import PLAN_BUDGET_S
         from tag_tf.frontend.target import cluster_target
         from tag_tf.topology.spec import restrict
 
@@ -512,7 +512,8 @@ class Distribution:
         self._graphs[graph] = (info, program)
         self.plans.append(program.plan)
         self.programs.append(program)
-        return program.plan.describe(), predicted_s(program), phases
+        predicted = judged(program.analysis, target, options, budget) if role.is_chief else math.nan  # cached plan
+        return program.plan.describe(), predicted, phases
 
     def _graph_of(self, runner: Runner) -> tuple[tf.Graph, object]:
         """The user's graph that `runner` runs, and its session's ConfigProto."""

@@ -248,15 +248,4 @@ def decide(generation: int, members: tuple[int, ...], reports: dict[int, Report]
     return Decision(generation, going, tuple(every[m].address for m in going), resume, source, lost)
 
 
-def predicted_s(program: object) -> float:
-    """The simulated seconds per step of `program`'s plan on its topology (nan where it cannot be
-    simulated)."""
-    from tag_tf.frontend.planning import simulator
-
-    try:
-        sim = simulator(program.analysis, program.target.topology)       # type: ignore[attr-defined]
-        return float(sim.simulate(program.plan.strategy).iteration_time_s)   # type: ignore[attr-defined]
-    except Exception:                     # noqa: BLE001 (a figure for the log line; the run goes on)
-        log.debug("tag_tf: elastic: the new plan could not be simulated", exc_info=True)
-        return float("nan")
-__all__ = ["Change", "Elastic", "PLAN_BUDGET_S", "decide", "predicted_s"]
+__all__ = ["Change", "Elastic", "PLAN_BUDGET_S", "decide"]
