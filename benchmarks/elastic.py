@@ -346,14 +346,14 @@ def main() -> None:
         args.clusters, args.repeats, args.cost_rounds, args.steps, args.kill_at = "three", 1, 1, 400, 30
     data = stamp({"measured": True, "cores": os.cpu_count(), "strategy": args.strategy, "batch": args.batch,
                   "steps": args.steps, "kill_at": args.kill_at, "clusters": {}})
+    path = args.out or os.path.join(ROOT, "benchmarks", "results", "elastic_quick.json" if args.quick else "elastic.json")
     for name in args.clusters.split(","):
         c = measure_cluster(name, args)
         c["summary"] = summary(c)
         data["clusters"][name] = c
         print(json.dumps(c["summary"], indent=1), flush=True)
-    path = args.out or os.path.join(ROOT, "benchmarks", "results", "elastic_quick.json" if args.quick else "elastic.json")
-    with open(path, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
+        with open(path, "w") as f:          # after each cluster: what was measured stays if a later one stops
+            json.dump(data, f, indent=1, sort_keys=True)
     if not args.quick and args.markdown:
         replace_section(args.markdown, BEGIN, END, render(data))
 

@@ -206,6 +206,8 @@ class Distribution:
         self._active = False
         if exc_type is not None and self._tasks is not None:
             self._tasks.abandon()
+        if self._elastic is not None:
+            self._elastic.close()
         failed: list[str] = []
         try:
             with bypass():
@@ -417,6 +419,8 @@ class Distribution:
 
         role = target.role
         assert role is not None
+        if roles.joined(role):       # a later context of this process: the run it is in, not a return
+            return None
         server = roles.join(role)
         found = find_running(role, server.target)
         if found is None:
@@ -498,6 +502,7 @@ class Distribution:
         program = compile_program(graph, roots, feeds, fetches, [], options=options, target=target, tasks=tasks)
         phases["plan+compile"] = time.perf_counter() - t
         t = time.perf_counter()
+        target.check()      # a member lost since: named now (a session waits with no deadline for a dead task)
         session = program.target.session(program.graph, user_config, as_written=program.as_written)
         if role.is_chief:
             assert values is not None

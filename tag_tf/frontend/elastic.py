@@ -99,6 +99,7 @@ class Elastic:
             self.members, self.generation, self.resume = joined.members, joined.generation, joined.resume
             self.role = roles.Role(dataclasses.replace(anchor.spec, tasks=joined.addresses),
                                    joined.members.index(anchor.task), 0)
+        self.parts = self.members                  # the members that drive steps (the plan may leave some idle)
         self.min_tasks = min_tasks
         self.server_target = server_target
         self.memberships: dict[int, Membership] = {}
@@ -108,6 +109,11 @@ class Elastic:
         self.changes: list[Change] = []
         self.returns: Returns | None = None        # on the chief: tasks that come back
         self._open_memberships()
+
+    def close(self) -> None:
+        """The `distribute` context ends: stop listening for tasks that come back."""
+        if self.returns is not None:
+            self.returns.stop()
 
     def _open_memberships(self) -> None:
         """The rendezvous runs on the first surviving member's first server (the chief's while it
@@ -123,6 +129,8 @@ class Elastic:
         step this task joined at; on the chief, mark the run in progress and listen for tasks that
         come back."""
         runner.completed = max(runner.completed, self.resume)
+        parts = runner.program.part_tasks
+        self.parts = self.members if parts is None else tuple(self.members[i] for i in parts)
         self._open_memberships()
         if self.role.is_chief:
             self.memberships[self.me].mark_running()
@@ -187,7 +195,7 @@ class Elastic:
         the chief while it lives, else the next, who becomes the next generation's chief)."""
         gen = self.generation
         mine = Report(self.me, gen, runner.completed, next_address(self._address(self.me)))
-        anchor = next(m for m in self.members if m not in lost_now)
+        anchor = next(m for m in self.parts if m not in lost_now)
         membership = self.memberships[anchor]
         if anchor != self.me:
             membership.report(mine)
@@ -195,11 +203,11 @@ class Elastic:
         if anchor != self.anchor.chief:
             log.warning("tag_tf: elastic: the chief (task %d, %s) is lost: task %d takes over", self.anchor.chief,
                         self._address(self.anchor.chief), self.me)
-        expected = [m for m in self.members if m not in lost_now and m != self.me]
+        expected = [m for m in self.parts if m not in lost_now and m != self.me]
         reports = membership.gather(gen, expected, self._reachable)
         reports[self.me] = mine
         joining = self.returns.take() if self.returns is not None else {}
-        decision = decide(gen + 1, self.members, reports, self.me, self.min_tasks, self.anchor.spec.tasks, joining)
+        decision = decide(gen + 1, self.parts, reports, self.me, self.min_tasks, self.anchor.spec.tasks, joining)
         if joining:
             decision = dataclasses.replace(decision, topology=self.topology)
         membership.decide(decision, decision.members)

@@ -510,6 +510,14 @@ def lost_task_errors() -> tuple[type[Exception], ...]:
             tf.errors.CancelledError, tf.errors.InternalError, tf.errors.FailedPreconditionError)
 
 
+def _in_order(r: _Resolved, values: Sequence[object]) -> list[object]:
+    """Values fetched once per compiled tensor (`r.unique`), in the user's order (`r.names`)."""
+    if len(r.unique) == len(r.names):
+        return list(values)
+    by_name = dict(zip(r.unique, values))
+    return [by_name[n] for n in r.names]
+
+
 # Run signatures a Runner keeps resolved: a program that fetches ever other lists (a loop naming a
 # step's tensors) resolves again past this many, rather than holding every one it ever ran.
 RESOLVED_MAX = 64
@@ -580,7 +588,7 @@ class Runner:
             p.check_batch(name, value)
         try:
             if training and self.step is not None:
-                values = self._train_step(r, targets, fetches, feeds, options, run_metadata)
+                return self._train_step(r, targets, fetches, feeds, options, run_metadata)
             else:
                 feed = {ref: feeds[n] for n, _, refs in r.fed for ref in refs}
                 values = original_do_run(self.session, None, list(r.ops), list(r.tensors), feed, options, run_metadata)
@@ -589,23 +597,20 @@ class Runner:
                                                               tf.errors.DeadlineExceededError)):
                 raise p.target.explain(e) from None
             raise
-        if len(r.unique) == len(r.names):
-            return list(values)
-        by_name = dict(zip(r.unique, values))
-        return [by_name[n] for n in r.names]
+        return _in_order(r, values)
 
     def _train_step(self, r: _Resolved, targets: Sequence[str], fetches: Sequence[str], feeds: Feeds, options: object,
                     run_metadata: object) -> list[object]:
-        """One training step on this task's part (between-graph); in an elastic run, a step that loses
-        a task runs again on the next generation (`recover`), and a change the chief announced is
-        made after the step."""
+        """One training step on this task's part (between-graph), values in the user's order; in an
+        elastic run, a step that loses a task runs again on the next generation (`recover`, its names
+        resolved anew), and a change the chief announced is made after the step."""
         import tensorflow as tf
 
         assert self.step is not None
         self.current = (targets, fetches, feeds)
-        if self.before_step is not None:
-            self.before_step(self)
         try:
+            if self.before_step is not None:
+                self.before_step(self)
             if not self.step.batch_checked:
                 self.step.check_same_batch({n: v for n, v in feeds.items() if n in self.program.batch_inputs})
             values = self.step.run(list(r.op_names), list(r.unique),
@@ -620,7 +625,7 @@ class Runner:
         self.last = (targets, fetches, feeds)
         if self.step.change_pending and self.recover is not None:
             self.recover(self, None)       # the chief announced a change after this step
-        return values
+        return _in_order(r, values)
 
     def close(self) -> None:
         from tag_tf.runtime.sessions import close_within

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from typing import TYPE_CHECKING, Protocol
 
 from tag_tf.errors import ClusterError
@@ -35,6 +34,7 @@ class Run(Protocol):
 
     memberships: dict[int, Membership]
     members: tuple[int, ...]
+    parts: tuple[int, ...]
     generation: int
     role: Role
 
@@ -59,6 +59,7 @@ class Returns:
         self._announced = False
         self._runner: Runner | None = None
         self._sender: tuple[object, object, list[object]] | None = None
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="tag_tf elastic returns", daemon=True)
         self._thread.start()
 
@@ -67,6 +68,9 @@ class Returns:
         self._runner = runner
         runner.before_step = self._announce
         self._sender = _change_sender(self.elastic.role)
+
+    def stop(self) -> None:
+        self._stopped.set()
 
     def take(self) -> dict[int, Report]:
         """The tasks to take in at this change (the chief's `_agree`)."""
@@ -78,31 +82,30 @@ class Returns:
         with self._lock:
             if not self._joining or self._announced or self._sender is None:
                 return
-            self._announced = True
             names = ", ".join(map(str, sorted(self._joining)))
         session, text, enqueues = self._sender
-        session.run(enqueues, {text: names})           # type: ignore[attr-defined]
+        session.run(enqueues, {text: names})           # type: ignore[attr-defined]  # fails: a loss, recovered
+        with self._lock:
+            self._announced = True
         log.info("tag_tf: elastic: task(s) %s come back after step %d", names, runner.completed + 1)
 
     def _listen(self) -> None:
         membership = self.elastic.memberships[self.elastic.me]
-        while True:
-            time.sleep(POLL_S)
+        while not self._stopped.wait(POLL_S):
             try:
                 hellos = membership.hellos()
-            except ClusterError:
-                return
-            for report in hellos:
-                if report.task in self.elastic.members:
-                    continue
-                self._consider(report, membership)
+                for report in hellos:
+                    if report.task not in self.elastic.members:
+                        self._consider(report, membership)
+            except Exception:                   # noqa: BLE001 (listening goes on; the run is not this thread's)
+                log.debug("tag_tf: elastic: reading announcements failed", exc_info=True)
 
     def _consider(self, report: Report, membership: Membership) -> None:
         e, runner = self.elastic, self._runner
         if runner is None:
             return
-        machines = (*e.members, report.task)
-        now, larger = e.judge(runner, e.members), e.judge(runner, machines)
+        machines = (*e.parts, report.task)
+        now, larger = e.judge(runner, e.parts), e.judge(runner, machines)
         if math.isnan(larger) or not (math.isnan(now) or larger < now):
             membership.decide(Decision(e.generation + 1, stop=(
                 f"elastic: the run goes on without task {report.task}: {larger * 1e3:.1f} ms per step simulated with "
@@ -162,6 +165,7 @@ def rejoin(role: Role, anchor: int, membership: Membership) -> tuple[Decision, d
     the decision that takes it in and the variables to start from. SystemExit(0) where the run goes
     on without it or ends first."""
     me = role.task
+    membership.drain()          # words left for this task's earlier life
     membership.hello(Report(me, -1, 0, next_address(role.spec.tasks[me])))
     log.warning("tag_tf: elastic: task %d comes back into the run in progress (its chief: task %d, %s)", me, anchor,
                 role.spec.tasks[anchor])

@@ -214,6 +214,12 @@ class Membership:
         """Whether the anchor holds a run in progress (this task then comes back into it)."""
         return bool(self._run("ask whether a run is in progress", self._running))
 
+    def drain(self) -> None:
+        """Drop what the anchor holds for this task (decisions and variables of an earlier life)."""
+        for dequeue, size in (self._decision, self._welcomed):
+            while self._run("read what the chief left", size):
+                self._run("drop what the chief left", dequeue)
+
     def hello(self, report: Report) -> None:
         self._run("announce this task", self._hello, {self._text: report.to_json()})
 

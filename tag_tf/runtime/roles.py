@@ -225,17 +225,21 @@ def join(role: Role) -> Server:
 
 
 def supersede(old: Role) -> None:
-    """An elastic run's next generation replaces `old` (`frontend.elastic`): the chief no longer ends
-    the old generation's run at exit, and this task no longer serves it (the next generation's
-    `join` and `serve_at_exit` take both over)."""
-    _SUPERSEDED.add(old.spec.tasks)
+    """An elastic run's next generation replaces `old` (`frontend.elastic`): at exit the chief no longer
+    waits for the old generation's scripts (only tells the tasks still serving it that the run is
+    over), and this task no longer serves it (the next generation's `join` and `serve_at_exit` take
+    both over)."""
+    _SUPERSEDED.add(old.spec.tasks)    # at exit the chief only tells the old generation's idle tasks it is over
     abandon_serving(old)
 
 
+def joined(role: Role) -> bool:
+    """Whether this process already serves `role` (a later `distribute` context of the same run)."""
+    return (role.spec.tasks, role.task) in _JOINED
+
+
 def _end_at_exit(role: Role) -> None:
-    if role.spec.tasks in _SUPERSEDED:
-        return
-    if role.spec.tasks in _BETWEEN_GRAPH:
+    if role.spec.tasks in _BETWEEN_GRAPH and role.spec.tasks not in _SUPERSEDED:
         # Tasks driving their own steps may still read the chief's variables as their scripts end.
         try:
             wait_for_tokens(role, FINISHED_QUEUE, FINISH_DEADLINE_S, "finish its script")
@@ -463,6 +467,6 @@ def end_run(role: Role) -> list[int]:
     return sorted(failed)
 
 
-__all__ = ["Role", "abandon_serving", "chief_drives", "end_run", "join", "serve_at_exit", "serves_at_exit",
+__all__ = ["Role", "abandon_serving", "chief_drives", "end_run", "join", "joined", "serve_at_exit", "serves_at_exit",
            "set_between_graph", "set_chief_drives", "supersede", "tell_chief", "wait_for_tokens", "wait_for_tasks", "from_cluster_dict", "from_resolver", "from_tf_config", "is_resolver",
            "plan_waiting", "send_plan", "serve_until_done", "start_server", "wait_for_plan"]

@@ -44,11 +44,11 @@ def _launch(tmp: Path, name: str, tf_config: dict | None, steps: int, *extra: st
     return proc, log
 
 
-def _three(tmp: Path, steps: int, *extra: str, tiny: bool = True, **env: str
+def _three(tmp: Path, steps: int, *extra: str, tiny: bool = True, tasks: int = 3, **env: str
            ) -> tuple[list[tuple[subprocess.Popen, Path]], list[int]]:
-    ports = free_ports(3)
+    ports = free_ports(tasks)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
-    roles = [("chief", 0), ("worker", 0), ("worker", 1)]
+    roles = [("chief", 0)] + [("worker", k) for k in range(tasks - 1)]
     procs = [_launch(tmp, f"task{i}", {"cluster": cluster, "task": {"type": t, "index": k}}, steps, *extra,
                      tiny=tiny, TAG_TF_ELASTIC="1", **env) for i, (t, k) in enumerate(roles)]
     return procs, ports
@@ -114,6 +114,31 @@ def test_a_killed_worker_is_left_behind_and_the_others_train_on_exactly(tmp_path
         np.testing.assert_allclose(trained[name], reference[name], rtol=1e-3, atol=1e-4, err_msg=name)
 
 
+def test_two_of_four_lost_at_once_the_other_two_train_on_exactly(tmp_path):
+    """Workers 1 and 2 of four tasks are SIGKILLed together: one change names both, the chief and
+    worker 0 go on from the step they were lost in and print the plain run's losses, every step once."""
+    steps = 150
+    procs, ports = _three(tmp_path, steps, tasks=4)
+    plain = _launch(tmp_path, "plain", None, steps, "--plain")
+    deadline = time.monotonic() + DEADLINE_S
+    while "step 30 " not in procs[0][1].read_text():
+        assert time.monotonic() < deadline and procs[0][0].poll() is None, procs[0][1].read_text()[-3000:]
+        time.sleep(0.005)
+    for victim in (2, 3):
+        os.kill(procs[victim][0].pid, signal.SIGKILL)
+    codes = _wait_all([*procs, plain])
+    logs = [log.read_text() for _, log in [*procs, plain]]
+    assert codes[:2] == [0, 0] and codes[4] == 0, logs[0][-3000:] + logs[1][-3000:]
+    expected = _losses(logs[4])
+    for text in logs[:2]:
+        lost = re.findall(r"elastic: lost task\(s\) ([^(]+) \(unreachable\); generation (\d+) goes on with (\d) task", text)
+        assert len(lost) == 1 and lost[0][1:] == ("1", "2"), text[-3000:]           # one change names both
+        assert {a.strip() for a in lost[0][0].split(",")} == {f"127.0.0.1:{ports[2]}", f"127.0.0.1:{ports[3]}"}
+        got = _losses(text)
+        assert [s for s, _ in got] == list(range(1, steps + 1))
+        np.testing.assert_allclose([v for _, v in got], [v for _, v in expected], rtol=1e-4, atol=1e-5)
+
+
 def test_below_min_tasks_the_run_stops_naming_the_lost_task(tmp_path):
     """min_tasks=3 ($TAG_TF_MIN_TASKS): losing worker 1 ends the run on the others with one line naming
     it and the steps completed; every process ends (none left behind)."""
@@ -149,6 +174,7 @@ def test_losing_the_chief_the_first_worker_takes_over_and_training_goes_on_exact
         np.testing.assert_allclose([v for _, v in got], [v for _, v in expected], rtol=1e-4, atol=1e-5)
     trained = _variables(tmp_path / "model-task1")
     assert int(trained["global_step"]) == STEPS
+    assert tf.train.latest_checkpoint(str(tmp_path / "model-task2")) is None      # only the chief writes
     for name, value in _variables(tmp_path / "model-plain").items():
         np.testing.assert_allclose(trained[name], value, rtol=1e-3, atol=1e-4, err_msg=name)
 
@@ -169,6 +195,19 @@ def test_the_chiefs_decision():
     d = decide(2, (0, 1, 3), {0: _report(0, 8), 3: _report(3, 8)}, 0, 3, addresses)
     assert d.stop.startswith("elastic: lost task 1 (h1:0); 2 task(s) left, fewer than min_tasks=3")
     assert Decision.from_json(d.to_json()) == d
+
+
+def test_the_chiefs_decision_takes_tasks_that_came_back_in():
+    """Tasks that came back follow the members, with the addresses they announced; the step and the
+    copy to restore from are the members' (a task that came back has none); they count for min_tasks."""
+    addresses = ("h0:0", "h1:0", "h2:0")
+    joining = {2: Report(2, -1, 0, "h2:9")}
+    d = decide(3, (0, 1), {0: _report(0, 40), 1: _report(1, 40)}, 0, 3, addresses, joining)
+    assert (d.members, d.addresses, d.resume, d.source, d.lost, d.stop) == ((0, 1, 2), ("h0:1", "h1:1", "h2:9"),
+                                                                            40, 0, (), "")
+    d = decide(3, (0, 1), {0: _report(0, 41), 1: _report(1, 40)}, 0, 1, addresses, joining)
+    assert (d.resume, d.source) == (40, 1)
+    assert decide(3, (0, 1), {0: _report(0, 40)}, 0, 2, addresses, joining).members == (0, 2)   # it counts
 
 
 def test_values_travel_whole():
@@ -200,12 +239,12 @@ def test_elastic_options():
 def test_a_task_that_comes_back_is_planned_back_in_and_resumes_at_the_runs_step(tmp_path):
     """Worker 1 is SIGKILLed at step 30 and started again (its TF_CONFIG, the same command) once the
     others go on: it announces itself, the chief's simulator finds three tasks faster than two (the MLP
-    at full size, batch 1024), and after the step the chief announced all three go on as generation 2;
+    at full size, batch 4096), and after the step the chief announced all three go on as generation 2;
     the worker's script resumes at the run's global step (its session gets the run's variables after
     its own initialisation), and every task prints the plain run's losses, every step once (the
     returning one from where it came back), to the last step (`--until-step`)."""
-    steps = 400
-    until = ("--until-step", str(steps), "--batch", "1024")
+    steps = 300
+    until = ("--until-step", str(steps), "--batch", "4096")
     procs, ports = _three(tmp_path, steps, *until, tiny=False)
     plain = _launch(tmp_path, "plain", None, steps, "--plain", *until, tiny=False)
     _kill_when(procs, 2, 30)
