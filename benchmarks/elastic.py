@@ -292,8 +292,26 @@ def _f(x: float | None, fmt: str = "{:.1f}") -> str:
     return "n/a" if x is None else fmt.format(x)
 
 
+def verdict(name: str, c: dict, steps: int) -> str:
+    """One sentence per cluster, from its summary: what a loss cost, and against what."""
+    s = c["summary"]
+    ratio = (s["after_ms"] / s["fresh_ms"]) if s["after_ms"] and s["fresh_ms"] else None
+    back = (s["returned_ms"] / s["before_ms"]) if s.get("returned_ms") and s["before_ms"] else None
+    cost = (s["cost_elastic_ms"] / s["cost_plain_ms"]) if s["cost_elastic_ms"] and s["cost_plain_ms"] else None
+    spread = [x for x in c["cost"]["plain"] + c["cost"]["elastic"] if x]
+    noise = (max(spread) / min(spread) - 1) if len(spread) > 1 else None
+    return (f"**{name}** ({len(c['hosts'])} hosts): a host lost mid-run cost {_f(s['recovery_median_s'], '{:.1f}')} s "
+            f"(median of {s['recoveries']}) and {s['steps_lost']} steps; the survivors then ran at "
+            f"{_f(ratio, '{:.2f}x')} a fresh run on them alone, and the host that came back brought the step to "
+            f"{_f(back, '{:.2f}x')} its time before the loss; step {steps} came after {_f(s['elastic_total_s'])} s, "
+            f"against {_f(s['restart_total_s'].get('50'))} s and {_f(s['restart_total_s'].get('200'))} s restarting "
+            f"from checkpoints every 50 and 200 steps. Elastic steps cost {_f(cost, '{:.3f}x')} per step, inside the "
+            f"{_f(noise, '{:.0%}')} spread of the rounds themselves: elastic stays off by default (README).")
+
+
 def render(data: dict) -> str:
-    lines = [f"Measured on emulated clusters (`tag_tf.emulate`: namespaces, shaped links, CPU quotas) on a "
+    verdicts = [verdict(name, c, data["steps"]) for name, c in data["clusters"].items()]
+    lines = [*verdicts, "", f"Measured on emulated clusters (`tag_tf.emulate`: namespaces, shaped links, CPU quotas) on a "
              f"{data['cores']}-core machine, {measured_when(data)}; `python benchmarks/elastic.py` (strategy "
              f"`{data['strategy']}`, the README example's MLP at batch {data['batch']}, {data['steps']} steps, the last "
              f"host SIGKILLed after step {data['kill_at']}).", ""]

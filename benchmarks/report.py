@@ -67,6 +67,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("scale", "scale.json", _from_json("scale", "scale.json")),
     Section("pipeline", "pipeline.json", _from_json("pipeline", "pipeline.json")),
     Section("tied-gradient", "tied_gradient.json", _from_json("tied_gradient", "tied_gradient.json")),
+    Section("elastic", "elastic.json", _from_json("elastic", "elastic.json")),
     Section("plan-quality", "plan_quality.json", _from_json("plan_quality", "plan_quality.json")),
     Section("calibration", "calibration.json", _from_json("calibration", "calibration.json")),
     Section("strategy-creator", "strategy_creator.json", _from_json("strategy_creator", "strategy_creator.json")),
