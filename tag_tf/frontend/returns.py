@@ -154,9 +154,14 @@ def find_running(role: Role, server_target: str) -> tuple[int, Membership] | Non
     for t in range(len(role.spec.tasks)):
         if t == role.task or ClusterSpec((role.spec.tasks[t],), role.spec.job).unreachable(timeout_s=0.5):
             continue
-        membership = Membership(roles.Role(role.spec, role.task, t), server_target)
-        if membership.running():
-            return None if roles.plan_waiting(role, server_target) else (t, membership)
+        try:
+            membership = Membership(roles.Role(role.spec, role.task, t), server_target)
+            if not membership.running():
+                continue
+        except ClusterError as e:       # a task still starting (or going): not the anchor of a run
+            log.debug("tag_tf: elastic: task %d does not say whether a run is in progress: %s", t, e)
+            continue
+        return None if roles.plan_waiting(role, server_target) else (t, membership)
     return None
 
 
