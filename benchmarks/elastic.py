@@ -188,6 +188,7 @@ def run_elastic(emu, args: argparse.Namespace, cache: str, come_back: bool) -> d
         "back_steps": None if back is None else len(back.steps_printed()),
         "total_s": (times[args.steps] - chief.start) if args.steps in times else None,
         "log": [line for _, line in chief.lines if "tag_tf:" in line][-8:],
+        "plans": [line for _, line in chief.lines if "tag_tf:" in line and " with plan " in line],
     }
 
 
@@ -309,8 +310,22 @@ def verdict(name: str, c: dict, steps: int) -> str:
             f"{_f(noise, '{:.0%}')} spread of the rounds themselves: elastic stays off by default (README).")
 
 
+CHANGE_PLAN = re.compile(r"tag_tf: elastic: (lost task|task\(s\) \S+ came back).* goes on with (\d+) task\(s\) .*"
+                         r"with plan (.+?)(, predicted [0-9.]+ ms/step)?; detect")
+
+
+def plans(c: dict) -> str:
+    """The plans the chief ran after the loss and after the return (first run), as it logged them
+    (a plan on one device says so: `Plan.describe`)."""
+    r = c["elastic"][0]
+    found = [m for line in (r.get("plans") or r["log"]) if (m := CHANGE_PLAN.search(line))]
+    return "; ".join(f"{'after the loss' if m.group(1) == 'lost task' else 'after the return'}, on {m.group(2)} "
+                     f"hosts: {m.group(3)}" for m in found) or "not recorded"
+
+
 def render(data: dict) -> str:
-    verdicts = [verdict(name, c, data["steps"]) for name, c in data["clusters"].items()]
+    verdicts = [f"{verdict(name, c, data['steps'])} Plans the chief ran (first run): {plans(c)}."
+                for name, c in data["clusters"].items()]
     lines = [*verdicts, "", f"Measured on emulated clusters (`tag_tf.emulate`: namespaces, shaped links, CPU quotas) on a "
              f"{data['cores']}-core machine, {measured_when(data)}; `python benchmarks/elastic.py` (strategy "
              f"`{data['strategy']}`, the README example's MLP at batch {data['batch']}, {data['steps']} steps, the last "

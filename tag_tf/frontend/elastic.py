@@ -106,7 +106,6 @@ class Elastic:
         self.rebuild = rebuild
         self.judge = judge                         # simulated seconds per step on first-generation machines
         self.topology: dict | None = None          # the first generation's (`Decision.topology`)
-        self.changes: list[Change] = []
         self.returns: Returns | None = None        # on the chief: tasks that come back
         self._open_memberships()
 
@@ -185,10 +184,8 @@ class Elastic:
             runner.run(*last, training=True)
             phases["replay"] = time.perf_counter() - t
         phases["total"] = time.perf_counter() - start
-        change = Change(decision.generation, lost, decision.members, decision.resume, phases, plan,
-                        predicted_s * 1e3, joined)
-        self.changes.append(change)
-        log.warning("%s", change.describe())
+        log.warning("%s", Change(decision.generation, lost, decision.members, decision.resume, phases, plan,
+                                 predicted_s * 1e3, joined).describe())
 
     def _agree(self, runner: Runner, lost_now: list[int]) -> tuple[Decision, int]:
         """The decision of this change and the member that made it (the first one still reachable:

@@ -29,6 +29,7 @@ def test_every_cluster_is_rendered_from_its_rows(data):
         assert f"{s['elastic_total_s']:.1f} s | {s['restart_total_s']['50']:.1f} s | {s['restart_total_s']['200']:.1f} s" \
             in text
         assert s["steps_lost"] == 0 and s["steps_twice"] == 0
+        assert "after the loss, on 2 hosts: auto (" in text      # each plan labelled as the chief logged it
 
 
 def test_a_run_that_lost_steps_shows_it(data):

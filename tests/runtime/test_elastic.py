@@ -75,6 +75,19 @@ def _wait_all(procs: list[tuple[subprocess.Popen, Path]]) -> list[int]:
     return codes
 
 
+def _nothing_listens(*logs: str) -> None:
+    """Every server any task started (every generation's: "serving on host:port") is gone with its
+    process: no port is left listening."""
+    import socket
+
+    addresses = {a for text in logs for a in re.findall(r"tag_tf: task \d+ serving on (\S+);", text)}
+    assert len(addresses) >= 2
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        with socket.socket() as s:
+            assert s.connect_ex((host, int(port))) != 0, f"{address} still listens"
+
+
 def _losses(text: str) -> list[tuple[int, float]]:
     return [(int(s), float(v)) for s, v in re.findall(r"^step (\d+) loss ([0-9.]+)", text, re.M)]
 
@@ -107,6 +120,7 @@ def test_a_killed_worker_is_left_behind_and_the_others_train_on_exactly(tmp_path
         assert [s for s, _ in got] == list(range(1, STEPS + 1))      # every step once
         np.testing.assert_allclose([v for _, v in got], [v for _, v in expected], rtol=1e-4, atol=1e-5)
     assert tf.train.latest_checkpoint(str(tmp_path / "model-task0")).endswith(f"model.ckpt-{STEPS}")
+    _nothing_listens(*logs[:3])          # both generations' servers, the killed task's included
     trained, reference = _variables(tmp_path / "model-task0"), _variables(tmp_path / "model-plain")
     assert int(trained["global_step"]) == STEPS
     assert set(trained) == set(reference)
@@ -152,6 +166,7 @@ def test_below_min_tasks_the_run_stops_naming_the_lost_task(tmp_path):
                           r"min_tasks=3: the run stops after (\d+) completed step\(s\)", text)
         assert found, text[-3000:]
         assert int(found.group(1)) == ports[2] and int(found.group(2)) >= 20
+    _nothing_listens(*(log.read_text() for _, log in procs))
 
 
 def test_losing_the_chief_the_first_worker_takes_over_and_training_goes_on_exactly(tmp_path):
@@ -272,3 +287,4 @@ def test_a_task_that_comes_back_is_planned_back_in_and_resumes_at_the_runs_step(
     assert resumed + 1 == int(joined.group(1)) and [s for s, _ in got] == list(range(resumed + 1, steps + 1))
     np.testing.assert_allclose([v for _, v in got], [expected[s] for s, _ in got], rtol=1e-4, atol=1e-5)
     assert int(_variables(tmp_path / "model-task0")["global_step"]) == steps
+    _nothing_listens(*logs[:3])          # three generations' servers, the first life of the returning task's too
